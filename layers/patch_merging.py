@@ -1,0 +1,34 @@
+"""Patch merging: space-to-depth of 2x2 neighbours, LayerNorm(4C), Linear 4C -> 2C (paper section 3.1)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+__all__ = ["PatchMerging"]
+
+
+class PatchMerging(nn.Module):
+    """(B, H, W, C) -> (B, ceil(H/2), ceil(W/2), 2C). Odd sizes are zero-padded at the bottom/right."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+        self.norm = nn.LayerNorm(4 * dim)
+        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        height, width = x.shape[1:3]
+        if height % 2 or width % 2:
+            x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
+        # Channel order of the official checkpoints: [0::2,0::2], [1::2,0::2], [0::2,1::2], [1::2,1::2],
+        # i.e. the column offset (dw) varies slowest, then the row offset (dh), then the channel.
+        x = rearrange(x, "b (h dh) (w dw) c -> b h w (dw dh c)", dh=2, dw=2)
+        return self.reduction(self.norm(x))
+
+    def macs(self, height: int, width: int) -> int:
+        """Reduction plus norm on the merged map, as the official ``flops()`` counts them."""
+        h, w = -(-height // 2), -(-width // 2)
+        return h * w * 4 * self.dim * 2 * self.dim + h * w * 4 * self.dim

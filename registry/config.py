@@ -1,0 +1,107 @@
+"""The architecture description: one frozen dataclass, filled from the registry's YAML and overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+
+__all__ = ["SwinConfig"]
+
+
+@dataclass(frozen=True)
+class SwinConfig:
+    """Everything that decides a Swin Transformer's shape and behaviour.
+
+    Attributes:
+        name: registered name (``swin_t``), informative only.
+        embed_dim: channels C of stage 1; stage i has C * 2**i.
+        depths: blocks per stage.
+        num_heads: attention heads per stage.
+        window_size: window M in tokens (7 at 224, 12 at 384 for the official models).
+        img_size: the input size the model is built for, (H, W) or one int. Classification models shrink a
+            stage's window to its map when the map is not larger (official rule); any input size still runs.
+        patch_size: side of the patch embedding's conv kernel and stride.
+        in_chans: input channels.
+        mlp_ratio: MLP hidden width over the block's width.
+        qkv_bias: learn a bias in the q/k/v projections.
+        num_classes: classifier outputs; 0 removes the head (the model then returns pooled features).
+        drop_rate: dropout after projections and before the head.
+        attn_drop_rate: dropout on attention probabilities.
+        drop_path_rate: stochastic depth, rising linearly to this value over all blocks.
+        ape: learn an absolute position embedding (no official checkpoint uses one).
+        patch_norm: LayerNorm after the patch embedding.
+    """
+
+    name: str = "swin"
+    embed_dim: int = 96
+    depths: tuple[int, ...] = (2, 2, 6, 2)
+    num_heads: tuple[int, ...] = (3, 6, 12, 24)
+    window_size: int = 7
+    img_size: tuple[int, int] = (224, 224)
+    patch_size: int = 4
+    in_chans: int = 3
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    num_classes: int = 1000
+    drop_rate: float = 0.0
+    attn_drop_rate: float = 0.0
+    drop_path_rate: float = 0.1
+    ape: bool = False
+    patch_norm: bool = True
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            object.__setattr__(self, f.name, _coerce(f.name, value, _hint(f.name)))
+        if len(self.depths) != len(self.num_heads):
+            raise ValueError(f"depths {self.depths} and num_heads {self.num_heads} must have one entry per stage")
+        for i, heads in enumerate(self.num_heads):
+            if (self.embed_dim * 2**i) % heads:
+                raise ValueError(f"stage {i} has {self.embed_dim * 2**i} channels, not divisible by num_heads={heads}")
+        for name in ("embed_dim", "window_size", "patch_size", "in_chans"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.num_classes < 0:
+            raise ValueError(f"num_classes must be >= 0 (0 removes the head), got {self.num_classes}")
+
+    def replace(self, **overrides: typing.Any) -> SwinConfig:
+        """A copy with fields overridden; unknown names and wrong types raise ``TypeError``."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(f"unknown config field(s) {unknown}; valid fields are {sorted(known - {'aliases'})}")
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, typing.Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _hint(name: str) -> typing.Any:
+    return typing.get_type_hints(SwinConfig)[name]
+
+
+def _coerce(name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
+    """Check ``value`` against the field's type; accept lists for tuples and one int for a size pair."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if name == "img_size" and isinstance(value, int) and not isinstance(value, bool):
+            value = (value, value)
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"config field {name!r} expects a list of ints, got {type(value).__name__} {value!r}")
+        if args[-1] is not Ellipsis and len(value) != len(args):
+            raise TypeError(f"config field {name!r} expects {len(args)} values, got {len(value)}: {value!r}")
+        item = args[0]
+        for v in value:
+            if not isinstance(v, item) or isinstance(v, bool):
+                raise TypeError(f"config field {name!r} expects {item.__name__} items, got {v!r}")
+        return tuple(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, bool):
+        raise TypeError(f"config field {name!r} expects int, got bool {value!r}")
+    if not isinstance(value, hint):
+        raise TypeError(f"config field {name!r} expects {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value

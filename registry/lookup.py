@@ -1,0 +1,127 @@
+"""Named architectures: the bundled YAML, user registrations, aliases and fuzzy error messages."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import os
+import threading
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .config import SwinConfig
+
+__all__ = ["UnknownModelError", "get_config", "list_models", "register_model", "resolve_name", "load_yaml"]
+
+
+class UnknownModelError(KeyError):
+    """A model name that is neither registered nor an alias; the message names the closest ones."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0])
+
+
+_lock = threading.Lock()
+_configs: dict[str, SwinConfig] = {}
+_aliases: dict[str, str] = {}
+_loaded = False
+
+
+def _ensure_loaded() -> None:
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        text = resources.files(__package__).joinpath("models.yaml").read_text()
+        _load_entries(yaml.safe_load(text), source="the bundled registry", overwrite=False)
+        _loaded = True
+
+
+def _load_entries(entries: Any, source: str, overwrite: bool) -> list[str]:
+    if not isinstance(entries, dict):
+        raise ValueError(f"{source}: expected a mapping of model name -> fields, got {type(entries).__name__}")
+    names = []
+    for name, fields in entries.items():
+        if not isinstance(fields, dict):
+            raise ValueError(f"{source}: entry {name!r} must be a mapping of config fields")
+        try:
+            config = SwinConfig().replace(name=name, **fields)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{source}: entry {name!r}: {error}") from None
+        _add(config, overwrite)
+        names.append(name)
+    return names
+
+
+def _add(config: SwinConfig, overwrite: bool) -> None:
+    taken = config.name in _configs or config.name in _aliases
+    if taken and not overwrite:
+        raise ValueError(f"model {config.name!r} is already registered; pass overwrite=True to replace it")
+    _configs[config.name] = config
+    for alias in config.aliases:
+        _aliases[alias] = config.name
+
+
+def register_model(
+    config: SwinConfig | dict[str, Any] | str | os.PathLike | None = None,
+    *,
+    overwrite: bool = False,
+    **fields: Any,
+) -> list[str]:
+    """Add architectures to the registry; returns the names added.
+
+    ``config`` is a :class:`SwinConfig`, a mapping of fields (with ``name``), or the path of a YAML file
+    holding ``name: {fields}`` entries as in the bundled ``models.yaml``. Keyword fields build one entry.
+    """
+    _ensure_loaded()
+    with _lock:
+        if isinstance(config, (str, os.PathLike)):
+            with open(config) as handle:
+                return _load_entries(yaml.safe_load(handle), source=os.fspath(config), overwrite=overwrite)
+        if isinstance(config, dict):
+            fields = {**config, **fields}
+            config = None
+        if config is None:
+            if "name" not in fields:
+                raise TypeError("register_model needs a name: register_model(name='my_swin', embed_dim=..., ...)")
+            config = SwinConfig().replace(**fields)
+        _add(config, overwrite)
+        return [config.name]
+
+
+def load_yaml(path: str | os.PathLike) -> list[str]:
+    """Register every entry of a YAML file; same as ``register_model(path)``."""
+    return register_model(path)
+
+
+def resolve_name(name: str) -> str:
+    """Registered name for ``name`` or one of its aliases; ``KeyError`` naming the closest names otherwise."""
+    _ensure_loaded()
+    if not isinstance(name, str):
+        raise TypeError(f"model name must be a str, got {type(name).__name__} {name!r}")
+    if name in _configs:
+        return name
+    if name in _aliases:
+        return _aliases[name]
+    known = sorted(_configs) + sorted(_aliases)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise UnknownModelError(f"unknown model {name!r}{hint} Registered models: {', '.join(sorted(_configs))}")
+
+
+def get_config(name: str) -> SwinConfig:
+    """The registered :class:`SwinConfig` of ``name`` (an alias works too)."""
+    return _configs[resolve_name(name)]
+
+
+def list_models(pattern: str | None = None) -> list[str]:
+    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given."""
+    _ensure_loaded()
+    names = sorted(_configs)
+    if pattern is not None:
+        names = [n for n in names if fnmatch.fnmatch(n, pattern)]
+    return names

@@ -1,0 +1,44 @@
+"""Relative position bias index and the bias cache."""
+
+from __future__ import annotations
+
+import torch
+from swin.layers import WindowAttention, relative_position_index
+
+import swin
+
+
+def test_index_equals_timm():
+    from timm.models.swin_transformer import get_relative_position_index
+
+    for window in [(7, 7), (12, 12), (5, 7)]:
+        assert torch.equal(relative_position_index(window), get_relative_position_index(*window))
+
+
+def test_cached_bias_follows_new_weights():
+    model = swin.create_model("swin_t").eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        before = model(x)
+        model.layers[0].blocks[1].attn.relative_position_bias_table.add_(1.0)
+        after = model(x)
+    assert not torch.allclose(before, after)
+    fresh = swin.create_model("swin_t").eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(fresh(x), after)
+
+
+def test_bias_cache_is_bounded_and_not_saved():
+    attention = WindowAttention(8, 2, (4, 4))
+    with torch.no_grad():
+        for size in range(20):
+            attention.attention_bias(None, (size,), torch.float32)
+    assert len(attention._bias_cache) <= 8
+    assert set(attention.state_dict()) == {
+        "qkv.weight",
+        "qkv.bias",
+        "proj.weight",
+        "proj.bias",
+        "relative_position_bias_table",
+    }

@@ -1,0 +1,88 @@
+"""The model's public surface: heads, features, overrides and the errors a user meets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import swin
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return swin.create_model("swin_t").eval()
+
+
+def test_num_classes_zero_gives_pooled_features():
+    model = swin.create_model("swin_t", num_classes=0).eval()
+    with torch.no_grad():
+        out = model(torch.randn(1, 3, 224, 224))
+    assert out.shape == (1, 768)
+
+
+def test_forward_features_and_head(tiny):
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        features = tiny.forward_features(x)
+        assert features.shape == (1, 768, 7, 7)
+        assert torch.allclose(tiny.forward_head(features), tiny(x))
+        assert tiny.forward_head(features, pre_logits=True).shape == (1, 768)
+
+
+def test_reset_classifier():
+    model = swin.create_model("swin_t")
+    model.reset_classifier(10)
+    assert model(torch.randn(1, 3, 224, 224)).shape == (1, 10)
+    model.reset_classifier(0)
+    assert model(torch.randn(1, 3, 224, 224)).shape == (1, 768)
+
+
+def test_overrides():
+    model = swin.create_model("swin_t", in_chans=1, num_classes=5, drop_path_rate=0.3, window_size=8, img_size=256)
+    assert model.patch_embed.proj.in_channels == 1
+    assert model.layers[0].blocks[0].window == (8, 8)
+    assert model(torch.randn(1, 1, 256, 256)).shape == (1, 5)
+
+
+def test_timm_alias_resolves():
+    assert swin.create_model("swin_tiny_patch4_window7_224").config.name == "swin_t"
+
+
+def test_wrong_channel_count(tiny):
+    with pytest.raises(ValueError, match="expected 3 input channels, got 4"):
+        tiny(torch.randn(1, 4, 224, 224))
+
+
+def test_three_dimensional_input(tiny):
+    with pytest.raises(ValueError, match=r"4-D tensor.*3-D.*unsqueeze"):
+        tiny(torch.randn(3, 224, 224))
+
+
+def test_image_smaller_than_a_patch(tiny):
+    with pytest.raises(ValueError, match="smaller than one 4x4 patch"):
+        tiny(torch.randn(1, 3, 2, 224))
+
+
+def test_unknown_name_suggests_close_ones():
+    with pytest.raises(KeyError, match=r"unknown model 'swin_tt'.*swin_t"):
+        swin.create_model("swin_tt")
+
+
+@pytest.mark.parametrize(
+    "override, pattern",
+    [
+        ({"embed_dim": "96"}, "embed_dim.*expects int"),
+        ({"depths": 4}, "depths.*expects a list"),
+        ({"window_size": 7.5}, "window_size.*expects int"),
+        ({"qkv_bias": 1}, "qkv_bias.*expects bool"),
+        ({"windowsize": 7}, "unknown config field.*windowsize"),
+    ],
+)
+def test_override_with_wrong_type(override, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        swin.create_model("swin_t", **override)
+
+
+def test_inconsistent_heads():
+    with pytest.raises(ValueError, match="not divisible by num_heads"):
+        swin.create_model("swin_t", num_heads=(5, 6, 12, 24))

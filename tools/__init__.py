@@ -1,0 +1,1 @@
+"""The ``swin`` command line tool and its subcommands."""

@@ -1,0 +1,102 @@
+"""``swin list`` and ``swin info``: what is registered, and what one architecture is."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from ..factory import create_model
+from ..registry import get_config, list_models, resolve_name
+
+__all__ = ["count_parameters", "model_rows", "cmd_list", "cmd_info"]
+
+
+def count_parameters(name: str, **overrides) -> int:
+    """Parameters of the registered model, counted on the meta device (no memory, no init time)."""
+    with torch.device("meta"):
+        model = create_model(name, **overrides)
+    return sum(p.numel() for p in model.parameters())
+
+
+def model_rows(pattern: str | None = None) -> list[dict]:
+    rows = []
+    for name in list_models(pattern):
+        config = get_config(name)
+        rows.append(
+            {
+                "name": name,
+                "aliases": list(config.aliases),
+                "img_size": list(config.img_size),
+                "window_size": config.window_size,
+                "embed_dim": config.embed_dim,
+                "depths": list(config.depths),
+                "num_heads": list(config.num_heads),
+                "params": count_parameters(name),
+            }
+        )
+    return rows
+
+
+def cmd_list(args) -> int:
+    rows = model_rows(args.pattern)
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+    elif args.format == "markdown":
+        print("| model | timm name | input | window | C | depths | heads | params |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['name']} | {', '.join(r['aliases'])} | {r['img_size'][0]}x{r['img_size'][1]} "
+                f"| {r['window_size']} | {r['embed_dim']} | {r['depths']} | {r['num_heads']} | {r['params']:,} |"
+            )
+    else:
+        for r in rows:
+            print(
+                f"{r['name']:<12} {r['img_size'][0]}x{r['img_size'][1]:<5} window {r['window_size']:<3} "
+                f"params {r['params'] / 1e6:7.2f}M  ({', '.join(r['aliases'])})"
+            )
+    return 0
+
+
+def cmd_info(args) -> int:
+    name = resolve_name(args.name)
+    config = get_config(name)
+    info = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.to_dict().items()}
+    info["params"] = count_parameters(name)
+    with torch.device("meta"):
+        model = create_model(name)
+    info["stages"] = [
+        {
+            "stage": i + 1,
+            "resolution": list(size),
+            "channels": stage.dim,
+            "depth": stage.depth,
+            "window": list(stage.blocks[0].window),
+        }
+        for i, (size, stage) in enumerate(zip(model.stage_sizes(*config.img_size), model.layers, strict=True))
+    ]
+    if args.format == "json":
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{name}" + (f" (aliases: {', '.join(config.aliases)})" if config.aliases else ""))
+    for key in (
+        "img_size",
+        "patch_size",
+        "window_size",
+        "embed_dim",
+        "depths",
+        "num_heads",
+        "mlp_ratio",
+        "num_classes",
+        "drop_path_rate",
+    ):
+        print(f"  {key:<15} {info[key]}")
+    print(f"  {'params':<15} {info['params']:,}")
+    for s in info["stages"]:
+        h, w = s["resolution"]
+        print(
+            f"  stage {s['stage']}: {h}x{w} tokens, {s['channels']} channels, {s['depth']} blocks, "
+            f"window {s['window'][0]}x{s['window'][1]}"
+        )
+    return 0
