@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
-
 from .model import SwinTransformer
 from .registry import get_config, resolve_name
 
@@ -36,13 +34,7 @@ def create_model(
     config = get_config(canonical).replace(**overrides)
     model = SwinTransformer.from_config(config, semantics=semantics)
     if pretrained:
-        if pretrained is True:
-            raise NotImplementedError(
-                "pretrained=True needs the weights manifest, which is not available yet; "
-                "pass the path of a checkpoint file instead"
-            )
-        from .weights import convert
+        from .weights.pretrained import load_pretrained
 
-        checkpoint = torch.load(os.fspath(pretrained), map_location="cpu", weights_only=True)
-        model.load_state_dict(convert(checkpoint))
+        load_pretrained(model, canonical, pretrained)
     return model

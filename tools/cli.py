@@ -1,29 +1,24 @@
-"""The ``swin`` command: one subcommand per task."""
+"""The ``swin`` command: one subcommand per module, each with ``register(subparsers)``."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from ..registry import UnknownModelError
-from . import models
 
 __all__ = ["main", "build_parser"]
+
+# Each module defines register(subparsers), adding its subcommands with set_defaults(func=...).
+SUBCOMMAND_MODULES = ["models"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swin", description="Swin Transformer backbones: models, costs, weights.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("list", help="registered architectures")
-    p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'swin_b*'")
-    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    p.set_defaults(func=models.cmd_list)
-
-    p = sub.add_parser("info", help="configuration, parameters and stages of one architecture")
-    p.add_argument("name", help="registered name or timm alias, e.g. swin_t")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.set_defaults(func=models.cmd_info)
+    for module in SUBCOMMAND_MODULES:
+        importlib.import_module(f"{__package__}.{module}").register(sub)
     return parser
 
 

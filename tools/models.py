@@ -9,7 +9,7 @@ import torch
 from ..factory import create_model
 from ..registry import get_config, list_models, resolve_name
 
-__all__ = ["count_parameters", "model_rows", "cmd_list", "cmd_info"]
+__all__ = ["count_parameters", "model_rows", "cmd_list", "cmd_info", "register"]
 
 
 def count_parameters(name: str, **overrides) -> int:
@@ -100,3 +100,15 @@ def cmd_info(args) -> int:
             f"window {s['window'][0]}x{s['window'][1]}"
         )
     return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help="registered architectures")
+    p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'swin_b*'")
+    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("info", help="configuration, parameters and stages of one architecture")
+    p.add_argument("name", help="registered name or timm alias, e.g. swin_t")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_info)
