@@ -4,10 +4,22 @@
 >>> model = swin.create_model("swin_t")
 """
 
+from .backbone import SwinBackbone
+from .detection import SwinFPN, detection_backbone
 from .factory import create_model
 from .model import SwinTransformer
 from .registry import SwinConfig, get_config, list_models, register_model
 
 __version__ = "0.1.0"
 
-__all__ = ["SwinConfig", "SwinTransformer", "create_model", "get_config", "list_models", "register_model"]
+__all__ = [
+    "SwinBackbone",
+    "SwinConfig",
+    "SwinFPN",
+    "SwinTransformer",
+    "create_model",
+    "detection_backbone",
+    "get_config",
+    "list_models",
+    "register_model",
+]

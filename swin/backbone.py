@@ -1,0 +1,105 @@
+"""Swin as a detection / segmentation backbone: multi-scale NCHW features at any input size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .registry import SwinConfig
+from .trunk import SwinTrunk
+
+__all__ = ["SwinBackbone"]
+
+
+class SwinBackbone(SwinTrunk):
+    """Features of stages ``out_indices`` (strides 4/8/16/32, channels C/2C/4C/8C), each through its own
+    LayerNorm ``norm{i}`` and returned as (B, C_i, ceil(H/s_i), ceil(W/s_i)), taken before patch merging.
+
+    Detection semantics by default, as the official detection backbone and mmdetection: the image is padded
+    to a multiple of the patch size and each stage's map to a multiple of the window before the cyclic
+    shift; the window never shrinks and odd blocks always shift. Any size runs without rebuilding; the shift
+    masks and merged biases for a size are computed once and reused in inference.
+
+    Args:
+        config: the architecture (``swin.get_config("swin_b")``), fields overridable by ``**overrides``.
+        out_indices: which stages to return, in 0..num_stages-1; stages after the last one are not built.
+        frozen_stages: as mmdetection: -1 freezes nothing, 0 the patch embedding (and absolute position
+            embedding), k >= 1 also stages 0..k-1 with their norms; frozen parts stay in eval mode.
+        norm_eval: as mmdetection: keep batch-norm layers in eval mode while training (Swin itself has only
+            LayerNorms, which have no running statistics, so this only matters for added BatchNorms).
+        semantics: "detection" (default) or "classification".
+    """
+
+    def __init__(
+        self,
+        config: SwinConfig,
+        out_indices: Sequence[int] = (0, 1, 2, 3),
+        frozen_stages: int = -1,
+        norm_eval: bool = False,
+        semantics: str = "detection",
+        **overrides: Any,
+    ):
+        config = config.replace(**overrides) if overrides else config
+        num_stages = len(config.depths)
+        out_indices = tuple(out_indices)
+        bad = [i for i in out_indices if not isinstance(i, int) or not 0 <= i < num_stages]
+        if bad or not out_indices or len(set(out_indices)) != len(out_indices):
+            raise ValueError(f"out_indices must be distinct stage indices in 0..{num_stages - 1}, got {out_indices}")
+        if not -1 <= frozen_stages <= num_stages:
+            raise ValueError(f"frozen_stages must be in -1..{num_stages}, got {frozen_stages}")
+        super().__init__(config.replace(num_classes=0), semantics, num_stages=max(out_indices) + 1)
+        self.out_indices = out_indices
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.out_channels = [config.embed_dim * 2**i for i in out_indices]
+        self.strides = [config.patch_size * 2**i for i in out_indices]
+        self.feature_info = [
+            {"num_chs": c, "reduction": s, "module": f"layers.{i}"}
+            for i, c, s in zip(out_indices, self.out_channels, self.strides, strict=True)
+        ]
+        for i, channels in zip(out_indices, self.out_channels, strict=True):
+            self.add_module(f"norm{i}", nn.LayerNorm(channels))
+        self.init_weights()
+        self._freeze()
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        x = self.embed(x)
+        outputs = []
+        for i, stage in enumerate(self.layers):
+            features, x = stage(x)
+            if i in self.out_indices:
+                norm = getattr(self, f"norm{i}")
+                outputs.append(norm(features).permute(0, 3, 1, 2).contiguous())
+        return outputs
+
+    def _freeze(self) -> None:
+        frozen: list[nn.Module] = []
+        if self.frozen_stages >= 0:
+            frozen += [self.patch_embed, self.pos_drop]
+            if self.absolute_pos_embed is not None:
+                self.absolute_pos_embed.requires_grad_(False)
+        for i in range(min(self.frozen_stages, len(self.layers))):
+            frozen.append(self.layers[i])
+            if i in self.out_indices:
+                frozen.append(getattr(self, f"norm{i}"))
+        for module in frozen:
+            module.eval()
+            module.requires_grad_(False)
+        self._frozen = frozen
+
+    def train(self, mode: bool = True) -> SwinBackbone:
+        super().train(mode)
+        if mode:
+            for module in getattr(self, "_frozen", []):
+                module.eval()
+            if self.norm_eval:
+                for module in self.modules():
+                    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                        module.eval()
+        return self
+
+    def no_weight_decay(self) -> set[str]:
+        return super().no_weight_decay()

@@ -1,0 +1,154 @@
+"""What the classifier and the detection backbone share: patch embedding, position embedding, stages."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from timm.layers import trunc_normal_
+from torch import nn
+
+from .layers import SEMANTICS, PatchEmbed, SwinStage
+from .registry import SwinConfig
+
+__all__ = ["SwinTrunk"]
+
+
+class SwinTrunk(nn.Module):
+    """Patch embedding, optional absolute position embedding and the stages, in the official key layout.
+
+    The trunk works on (B, H, W, C) maps. Subclasses add what sits on top (a classifier head, or per-level
+    norms for a detection neck).
+
+    Args:
+        config: the architecture.
+        semantics: "classification" or "detection" (see ``swin.layers.SEMANTICS``).
+        num_stages: build only the first stages (a backbone that outputs fewer levels); the last one built
+            has no patch merging.
+    """
+
+    def __init__(self, config: SwinConfig, semantics: str = "classification", num_stages: int | None = None):
+        super().__init__()
+        if semantics not in SEMANTICS:
+            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        self.config = config
+        self.semantics = semantics
+        self.in_chans = config.in_chans
+        depths = config.depths
+        num_stages = len(depths) if num_stages is None else num_stages
+        self.num_layers = num_stages
+        self.num_features = config.embed_dim * 2 ** (len(depths) - 1)
+
+        self.patch_embed = PatchEmbed(config.in_chans, config.embed_dim, config.patch_size, norm=config.patch_norm)
+        grid = self.patch_embed.output_size(*config.img_size)
+        self.absolute_pos_embed = (
+            nn.Parameter(torch.zeros(1, grid[0] * grid[1], config.embed_dim)) if config.ape else None
+        )
+        self.pos_drop = nn.Dropout(config.drop_rate)
+
+        # Stochastic depth rises linearly over all blocks of the full model, as torch.linspace(0, rate, n).
+        total = sum(depths)
+        rates = [config.drop_path_rate * i / max(total - 1, 1) for i in range(total)]
+        self.layers = nn.ModuleList()
+        height, width = grid
+        for i in range(num_stages):
+            window = (config.window_size, config.window_size)
+            if semantics == "classification":
+                # Official rule: a map not larger than the window gets the map as its window (stage 4 at
+                # 224/7 and 384/12 is exactly one window); this sets the shape of the bias table.
+                window = (min(height, config.window_size), min(width, config.window_size))
+            self.layers.append(
+                SwinStage(
+                    config.embed_dim * 2**i,
+                    depths[i],
+                    config.num_heads[i],
+                    window,
+                    config.mlp_ratio,
+                    config.qkv_bias,
+                    config.drop_rate,
+                    config.attn_drop_rate,
+                    rates[sum(depths[:i]) : sum(depths[: i + 1])],
+                    downsample=i < num_stages - 1,
+                    semantics=semantics,
+                )
+            )
+            height, width = -(-height // 2), -(-width // 2)
+
+    def init_weights(self) -> None:
+        """The official initialisation: truncated normal (std 0.02) for linears and embeddings."""
+        self.apply(self._init_module)
+        if self.absolute_pos_embed is not None:
+            trunc_normal_(self.absolute_pos_embed, std=0.02)
+
+    @staticmethod
+    def _init_module(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            trunc_normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    # -- input checks and the embedding edge -----------------------------------------------------------
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise ``ValueError`` / ``TypeError`` naming what is wrong with ``x`` before any layer fails."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor of shape (B, {self.in_chans}, H, W), got {type(x).__name__}")
+        if x.ndim != 4:
+            hint = "; add a batch dimension with x.unsqueeze(0)" if x.ndim == 3 else ""
+            raise ValueError(
+                f"expected a 4-D tensor (B, {self.in_chans}, H, W), got {x.ndim}-D shape {tuple(x.shape)}{hint}"
+            )
+        if x.shape[1] != self.in_chans:
+            raise ValueError(
+                f"expected {self.in_chans} input channels, got {x.shape[1]} (shape {tuple(x.shape)}); build "
+                f"the model with in_chans={x.shape[1]} or convert the images"
+            )
+        if not x.is_floating_point():
+            raise TypeError(f"expected a floating point tensor, got {x.dtype}; convert with x.float()")
+        patch = self.patch_embed.patch_size
+        if x.shape[2] < patch or x.shape[3] < patch:
+            raise ValueError(
+                f"image {x.shape[2]}x{x.shape[3]} is smaller than one {patch}x{patch} patch; "
+                "resize it to at least the patch size"
+            )
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, in_chans, H, W) -> (B, H/p, W/p, C): patch embedding plus absolute position embedding."""
+        self.check_input(x)
+        x = self.patch_embed(x)
+        if self.absolute_pos_embed is not None:
+            x = x + self._position_embedding(x.shape[1], x.shape[2])
+        return self.pos_drop(x)
+
+    def _position_embedding(self, height: int, width: int) -> torch.Tensor:
+        grid_h, grid_w = self.patch_embed.output_size(*self.config.img_size)
+        pos = self.absolute_pos_embed.view(1, grid_h, grid_w, -1)
+        if (height, width) != (grid_h, grid_w):
+            # As the official detection backbone: bicubic interpolation to the input's grid.
+            pos = F.interpolate(pos.permute(0, 3, 1, 2), (height, width), mode="bicubic", align_corners=False)
+            pos = pos.permute(0, 2, 3, 1)
+        return pos
+
+    # -- utilities --------------------------------------------------------------------------------------
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block in the backward pass instead of storing its activations."""
+        for stage in self.layers:
+            stage.grad_checkpointing = enable
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names that Swin's recipes train without weight decay."""
+        names = {n for n, _ in self.named_parameters() if n.endswith("relative_position_bias_table")}
+        if self.absolute_pos_embed is not None:
+            names.add("absolute_pos_embed")
+        return names
+
+    def stage_sizes(self, height: int, width: int) -> list[tuple[int, int]]:
+        """Map size of each stage for a (height, width) input: ceil(H/4), then ceil(previous/2)."""
+        sizes = [self.patch_embed.output_size(height, width)]
+        for _ in range(len(self.config.depths) - 1):
+            h, w = sizes[-1]
+            sizes.append((-(-h // 2), -(-w // 2)))
+        return sizes
