@@ -7,7 +7,7 @@ from .patch_embed import PatchEmbed
 from .patch_merging import PatchMerging
 from .position_bias import relative_position_index
 from .stage import SwinStage
-from .window import MASK_VALUE, shift_mask, window_partition, window_reverse
+from .window import MASK_VALUE, WindowPlan, shift_mask, window_partition, window_plan, window_reverse
 
 __all__ = [
     "MASK_VALUE",
@@ -18,8 +18,10 @@ __all__ = [
     "SwinBlock",
     "SwinStage",
     "WindowAttention",
+    "WindowPlan",
     "relative_position_index",
     "shift_mask",
     "window_partition",
+    "window_plan",
     "window_reverse",
 ]

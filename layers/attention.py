@@ -62,10 +62,11 @@ class WindowAttention(nn.Module):
         return bias.view(n, n, self.num_heads).permute(2, 0, 1)
 
     def attention_bias(self, mask: torch.Tensor | None, key: tuple, dtype: torch.dtype) -> torch.Tensor:
-        """Position bias plus shift mask, one additive tensor (nW or 1, heads, N, N) in ``dtype``.
+        """Position bias plus shift mask as one additive tensor in ``dtype``, laid out for :meth:`forward`:
+        (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one.
 
-        Without autograd (inference) the merged tensor is cached under ``key`` (the padded size and shift)
-        with the device, dtype and the table's version, so loading new weights drops stale entries.
+        Without autograd (inference) the result is cached under ``key`` (the padded size and shift) with
+        the device, dtype and the table's version, so new weights never meet a stale bias.
         """
         caching = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
         if caching:
@@ -75,9 +76,10 @@ class WindowAttention(nn.Module):
             if cached is not None:
                 self._bias_cache.move_to_end(full_key)
                 return cached
-        bias = self.position_bias().unsqueeze(0)
+        bias = self.position_bias().unsqueeze(0)  # 1, heads, N, N
         if mask is not None:
-            bias = bias + mask.unsqueeze(1)
+            n = mask.shape[-1]
+            bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
         bias = bias.to(dtype)
         if caching:
             self._bias_cache[full_key] = bias
@@ -85,16 +87,23 @@ class WindowAttention(nn.Module):
                 self._bias_cache.popitem(last=False)
         return bias
 
-    def forward(self, x: torch.Tensor, attn_bias: torch.Tensor) -> torch.Tensor:
-        """x: (B, nW, N, C) windows; attn_bias: (nW or 1, heads, N, N). Returns (B, nW, N, C)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:
+        """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask
+        (for the bias cache). Returns (B, nW, N, C)."""
         batch, windows, n, channels = x.shape
-        head_dim = channels // self.num_heads
-        qkv = self.qkv(x).view(batch, windows, n, 3, self.num_heads, head_dim)
-        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each B, nW, heads, N, d
+        heads, head_dim = self.num_heads, channels // self.num_heads
+        qkv = self.qkv(x).view(batch, windows, n, 3, heads, head_dim).permute(3, 0, 1, 4, 2, 5)
+        bias = self.attention_bias(mask, key, qkv.dtype)
+        # SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW);
+        # with one, windows and heads share a dimension so the (nW*heads) bias broadcasts over the batch.
+        if mask is None:
+            q, k, v = qkv.reshape(3, batch * windows, heads, n, head_dim).unbind(0)
+        else:
+            q, k, v = qkv.reshape(3, batch, windows * heads, n, head_dim).unbind(0)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_bias, dropout_p=self.attn_drop if self.training else 0.0
+            q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
         )
-        out = out.transpose(2, 3).reshape(batch, windows, n, channels)
+        out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3).reshape(batch, windows, n, channels)
         return self.proj_drop(self.proj(out))
 
     def macs(self, tokens: int) -> int:

@@ -9,7 +9,7 @@ from torch import nn
 
 from .attention import WindowAttention
 from .mlp import Mlp
-from .window import shift_mask, window_partition, window_reverse
+from .window import window_plan
 
 __all__ = ["SwinBlock", "SEMANTICS"]
 
@@ -76,34 +76,18 @@ class SwinBlock(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
     def window_attention(self, x: torch.Tensor) -> torch.Tensor:
-        """Shift, partition, attend, merge, unshift. x: (B, H, W, C)."""
-        height, width = x.shape[1:3]
-        wh, ww = self.window
-        sh, sw = self.shift_for(height, width)
-        pad_h, pad_w = -height % wh, -width % ww
-        shifted = bool(sh or sw)
-        pad_first = self.semantics == "detection"
-
-        if pad_first and (pad_h or pad_w):
-            x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-        if shifted:
-            x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
-        if not pad_first and (pad_h or pad_w):
-            x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-
-        padded_h, padded_w = height + pad_h, width + pad_w
-        mask = shift_mask(padded_h, padded_w, self.window, (sh, sw), x.device) if shifted else None
-        bias = self.attn.attention_bias(mask, (padded_h, padded_w, sh, sw), x.dtype)
-        windows = self.attn(window_partition(x, self.window), bias)
-        x = window_reverse(windows, self.window, padded_h, padded_w)
-
-        if not pad_first and (pad_h or pad_w):
-            x = x[:, :height, :width]
-        if shifted:
-            x = torch.roll(x, shifts=(sh, sw), dims=(1, 2))
-        if pad_first and (pad_h or pad_w):
-            x = x[:, :height, :width]
-        return x
+        """Shift, partition, attend, merge, unshift; x: (B, H, W, C). Pad + roll + partition is one gather
+        and its inverse another (see :class:`swin.layers.WindowPlan`)."""
+        batch, height, width, channels = x.shape
+        shift = self.shift_for(height, width)
+        plan = window_plan(height, width, self.window, shift, self.semantics == "detection", x.device)
+        tokens = x.reshape(batch, height * width, channels)
+        if plan.needs_zero:
+            tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
+        windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, -1, channels)
+        windows = self.attn(windows, plan.mask, plan.key)
+        merged = windows.reshape(batch, -1, channels).index_select(1, plan.scatter)
+        return merged.view(batch, height, width, channels)
 
     def macs(self, height: int, width: int, padded: bool = False) -> int:
         """Norms, window attention and MLP, as the official ``flops()``.

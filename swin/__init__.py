@@ -7,6 +7,7 @@
 from .backbone import SwinBackbone
 from .detection import SwinFPN, detection_backbone
 from .factory import create_model
+from .flops import flops
 from .model import SwinTransformer
 from .registry import SwinConfig, get_config, list_models, register_model
 
@@ -19,6 +20,7 @@ __all__ = [
     "SwinTransformer",
     "create_model",
     "detection_backbone",
+    "flops",
     "get_config",
     "list_models",
     "register_model",

@@ -54,8 +54,9 @@ class FPNSegmentationHead(nn.Module):
 
 def test_segmentation_head_learns():
     torch.manual_seed(0)
-    backbone = swin.create_model("swin_t", features_only=True, depths=(1, 1, 1, 1), embed_dim=48,
-                                 num_heads=(3, 6, 12, 24), drop_path_rate=0.0)
+    backbone = swin.create_model(
+        "swin_t", features_only=True, depths=(1, 1, 1, 1), embed_dim=48, num_heads=(3, 6, 12, 24), drop_path_rate=0.0
+    )
     head = FPNSegmentationHead(backbone.out_channels, classes=2)
     # Synthetic task: segment the bright square.
     images = torch.rand(4, 3, 64, 96) * 0.2

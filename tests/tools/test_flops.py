@@ -1,0 +1,178 @@
+"""``swin flops``: units said plainly, every format parses, sweep and plot, errors that say how to fix them.
+
+Expected figures come from the paper's table and from the formulas of section 3.2 written out here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+
+import pytest
+from swin.layers import Mlp
+from swin.tools.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["flops", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def wmsa(h: int, w: int, c: int, m: int) -> int:
+    """Omega(W-MSA) = 4hwC^2 + 2M^2 hwC (paper eq. 2)."""
+    return 4 * h * w * c**2 + 2 * m**2 * h * w * c
+
+
+def msa(h: int, w: int, c: int) -> int:
+    """Omega(MSA) = 4hwC^2 + 2(hw)^2 C (paper eq. 1)."""
+    return 4 * h * w * c**2 + 2 * (h * w) ** 2 * c
+
+
+def test_table_says_macs(capsys):
+    code, out, _ = run(capsys, "swin_t")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].startswith("Units: MACs (multiply-accumulates") and "FLOPs" in lines[1]
+    assert "4.494" in out  # the paper's 4.5 G
+    assert "check: measured" in out and "OK" in lines[-1]
+    # Stage 1 of swin_t: MSA 4.008 G against W-MSA 0.290 G over its two blocks.
+    assert f"{2 * msa(56, 56, 96) / 1e9:.3f}" in out and f"{2 * wmsa(56, 56, 96, 7) / 1e9:.3f}" in out
+
+
+def test_table_flops_doubles(capsys):
+    code, out, _ = run(capsys, "swin_t", "--flops")
+    assert code == 0
+    assert out.splitlines()[1].startswith("Units: FLOPs = 2 x MACs")
+    assert "8.989" in out and "GFLOPs" in out
+
+
+def test_json_shape(capsys):
+    code, out, _ = run(capsys, "swin_t", "--format", "json")
+    assert code == 0
+    r = json.loads(out)
+    assert r["model"] == "swin_t" and r["img_size"] == [224, 224] and r["window_size"] == 7
+    assert set(r["macs"]) >= {"analytic", "measured"} and set(r["flops"]) >= {"analytic", "measured"}
+    assert r["flops"]["analytic"] == 2 * r["macs"]["analytic"]
+    assert r["flops"]["measured"] == 2 * r["macs"]["measured"]
+    assert round(r["macs"]["analytic"] / 1e9, 1) == 4.5
+    keys = {"stage", "resolution", "channels", "depth", "msa_macs", "wmsa_macs", "ratio"}
+    assert [s["stage"] for s in r["stages"]] == [1, 2, 3, 4]
+    assert all(keys <= set(s) for s in r["stages"])
+    assert r["stages"][2]["wmsa_macs"] == 6 * wmsa(14, 14, 384, 7)
+
+
+@pytest.mark.parametrize("as_flops", [False, True])
+def test_csv_parses(capsys, as_flops):
+    code, out, _ = run(capsys, "swin_t", "--format", "csv", *(["--flops"] if as_flops else []))
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    unit = "flops" if as_flops else "macs"
+    factor = 2 if as_flops else 1
+    assert [r["scope"] for r in rows] == ["attention"] * 4 + ["model"]
+    assert int(rows[0][f"msa_{unit}"]) == factor * 2 * msa(56, 56, 96)
+    assert int(rows[0][f"wmsa_{unit}"]) == factor * 2 * wmsa(56, 56, 96, 7)
+    assert round(int(rows[-1][f"wmsa_{unit}"]) / factor / 1e9, 1) == 4.5
+
+
+def test_markdown(capsys):
+    code, out, _ = run(capsys, "swin_t", "--format", "markdown")
+    assert code == 0
+    assert "| stage | tokens |" in out and "| 1 | 56x56 | 7x7 | 96 | 2 |" in out and "MACs" in out
+
+
+def test_padded_size(capsys):
+    code, out, _ = run(capsys, "swin_t", "--img-size", "1024", "--format", "json")
+    assert code == 0
+    r = json.loads(out)
+    assert r["padded"] and r["stages"][0]["padded_resolution"] == [259, 259]
+    assert r["macs"]["ideal"] < r["macs"]["analytic"]
+    code, out, _ = run(capsys, "swin_t", "--img-size", "1024")
+    assert "padded to" in out and "259x259" in out
+
+
+def test_non_square_and_window(capsys):
+    code, out, _ = run(capsys, "swin_t", "--img-size", "800,1333", "--window", "12", "--format", "json")
+    assert code == 0
+    r = json.loads(out)
+    assert r["img_size"] == [800, 1333] and r["window_size"] == 12
+    assert r["stages"][0]["resolution"] == [200, 334] and r["stages"][0]["window"] == [12, 12]
+    assert r["check"]["ok"] is True
+
+
+def test_sweep_growth(capsys):
+    code, out, _ = run(capsys, "swin_t", "--sweep", "224,448", "--format", "json")
+    assert code == 0
+    small, large = json.loads(out)
+    assert [small["img_size"], large["img_size"]] == [[224, 224], [448, 448]]
+    # Both sizes are window multiples at every stage: W-MSA is linear in the tokens (4x), MSA's
+    # (hw)^2 term quadratic (16x).
+    attn = {k: [sum(s[k] for s in r["stages"]) for r in (small, large)] for k in ("msa_macs", "wmsa_macs")}
+    assert attn["wmsa_macs"][1] == 4 * attn["wmsa_macs"][0]
+    stages = ((96, 2), (192, 2), (384, 6), (768, 2))  # channels, depth
+    quadratic = [
+        sum(depth * 2 * (h * h) ** 2 * c for h, (c, depth) in zip(sides, stages, strict=True))
+        for sides in ((56, 28, 14, 7), (112, 56, 28, 14))
+    ]
+    assert attn["msa_macs"][1] - 4 * attn["msa_macs"][0] == quadratic[1] - 4 * quadratic[0]
+    assert quadratic[1] == 16 * quadratic[0]
+
+
+def test_sweep_table_and_csv(capsys):
+    code, out, _ = run(capsys, "swin_t", "--sweep", "224,448")
+    assert code == 0 and "MSA grows with the square" in out and "Units: MACs" in out and "448x448" in out
+    code, out, _ = run(capsys, "swin_t", "--sweep", "224,448", "--format", "csv", "--no-measure")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 10 and {r["img_h"] for r in rows} == {"224", "448"} and rows[0]["measured_macs"] == ""
+
+
+def test_plot_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "sweep.png"
+    code, _, err = run(capsys, "swin_t", "--sweep", "224,448", "--plot", str(path), "--no-measure")
+    assert code == 0 and str(path) in err
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, _, err = run(capsys, "swin_t", "--sweep", "224", "--plot", str(tmp_path / "x.png"), "--no-measure")
+    assert code == 2 and "pip install 'swin[plot]'" in err
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--img-size", "abc"], "image size must be H or H,W"),
+        (["--img-size", "0"], "image size must be positive"),
+        (["--img-size", "224,0"], "image size must be positive"),
+        (["--window", "0"], "--window must be a positive integer"),
+        (["--sweep", "224,big"], "--sweep takes image sides"),
+    ],
+)
+def test_bad_arguments(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["flops", "swin_t", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_image_smaller_than_a_patch(capsys):
+    code, _, err = run(capsys, "swin_t", "--img-size", "2")
+    assert code == 2 and "smaller than one 4x4 patch" in err
+
+
+def test_unknown_model(capsys):
+    code, _, err = run(capsys, "swin_q")
+    assert code == 2 and "unknown model 'swin_q'" in err
+
+
+def test_gap_over_one_percent_fails(capsys, monkeypatch):
+    # An analytic count that forgets the MLP no longer matches the forward: a failure, with exit status 1.
+    monkeypatch.setattr(Mlp, "macs", lambda self, tokens: 0)
+    code, out, err = run(capsys, "swin_t")
+    assert code == 1
+    assert "FAIL" in out.splitlines()[-1] and "swin flops: FAIL" in err

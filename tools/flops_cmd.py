@@ -1,0 +1,427 @@
+"""``swin flops``: what a model costs, global MSA against window attention, analytic against measured."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..flops import TOLERANCE, flops, parse_size
+from ..registry import resolve_name
+
+__all__ = ["DEFAULT_SWEEP", "cmd_flops", "plot_sweep", "register", "render", "render_sweep", "sweep"]
+
+# Image sides drawn by --plot when no --sweep is given.
+DEFAULT_SWEEP = (224, 384, 512, 768, 1024)
+
+_PLOT_HINT = "install with pip install 'swin[plot]' (or pip install matplotlib)"
+
+
+class _Units:
+    """MACs by default; 2 x MACs with --flops. Figures print in G (10^9)."""
+
+    def __init__(self, as_flops: bool):
+        self.factor = 2 if as_flops else 1
+        self.name = "FLOPs" if as_flops else "MACs"
+        self.key = "flops" if as_flops else "macs"
+        if as_flops:
+            self.header = "Units: FLOPs = 2 x MACs (one multiply-accumulate counts as 2 FLOPs); G = 10^9."
+        else:
+            self.header = (
+                "Units: MACs (multiply-accumulates; the Swin paper's table calls these FLOPs); G = 10^9. "
+                "--flops prints 2 x MACs."
+            )
+
+    def g(self, macs: int | None, digits: int = 3) -> str:
+        return "-" if macs is None else f"{macs * self.factor / 1e9:.{digits}f}"
+
+    def value(self, macs: int | None) -> int | None:
+        return None if macs is None else macs * self.factor
+
+
+def _size(value: str) -> tuple[int, int]:
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _sizes(value: str) -> list[tuple[int, int]]:
+    """``224,512,1024`` (squares) or ``224,800x1333``."""
+    try:
+        return [parse_size(item) for item in value.split(",") if item.strip()] or [parse_size(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--sweep takes image sides separated by commas, e.g. 224,512,1024 or 224,800x1333; got {value!r}"
+        ) from None
+
+
+def _window(value: str) -> int:
+    try:
+        window = int(value)
+    except ValueError:
+        window = 0
+    if window < 1:
+        raise argparse.ArgumentTypeError(f"--window must be a positive integer (e.g. 7 or 12), got {value!r}")
+    return window
+
+
+def _hw(size: Sequence[int]) -> str:
+    return f"{size[0]}x{size[1]}"
+
+
+def _gap(report: dict) -> str:
+    gap = report["check"]["gap"]
+    return "-" if gap is None else f"{gap * 100:+.2f}%"
+
+
+# -- one size ---------------------------------------------------------------------------------------------
+
+
+def _table(report: dict, units: _Units) -> str:
+    out = []
+    padded = " (padded to window multiples)" if report["padded"] else ""
+    out.append(
+        f"{report['model']}: {_hw(report['img_size'])} input{padded}, window {report['window_size']}, "
+        f"{report['semantics']} semantics, {report['params']:,} parameters"
+    )
+    out.append(units.header)
+    out.append("")
+    out.append(
+        f"Attention per stage, G{units.name} summed over the stage's blocks: "
+        "MSA = 4hwC^2 + 2(hw)^2 C, W-MSA = 4hwC^2 + 2M^2 hwC"
+    )
+    pad = report["padded"]
+    header = (
+        f"{'stage':<6}{'tokens h x w':<14}"
+        + (f"{'padded to':<11}" if pad else "")
+        + f"{'window':<8}{'C':>5}{'depth':>7}"
+        f"{'MSA':>11}{'W-MSA':>10}{'MSA/W-MSA':>11}{'W-MSA padded':>14}{'measured':>10}"
+    )
+    out.append(header)
+    for s in report["stages"]:
+        out.append(
+            f"{s['stage']:<6}{_hw(s['resolution']):<14}"
+            + (f"{_hw(s['padded_resolution']):<11}" if pad else "")
+            + f"{_hw(s['window']):<8}{s['channels']:>5}{s['depth']:>7}"
+            f"{units.g(s['msa_macs']):>11}{units.g(s['wmsa_macs']):>10}{s['ratio']:>10.2f}x"
+            f"{units.g(s['wmsa_macs_padded']):>14}{units.g(s['wmsa_macs_measured']):>10}"
+        )
+    msa = sum(s["msa_macs"] for s in report["stages"])
+    wmsa = sum(s["wmsa_macs"] for s in report["stages"])
+    wmsa_padded = sum(s["wmsa_macs_padded"] for s in report["stages"])
+    measured = [s["wmsa_macs_measured"] for s in report["stages"]]
+    out.append(
+        f"{'all':<{28 + (11 if pad else 0)}}{'':>12}{units.g(msa):>11}{units.g(wmsa):>10}{msa / wmsa:>10.2f}x"
+        f"{units.g(wmsa_padded):>14}{units.g(None if None in measured else sum(measured)):>10}"
+    )
+    out.append("")
+    out.append(f"Whole model, G{units.name}")
+    out.append(f"{'part':<14}{'analytic':>10}{'measured':>10}")
+    for part in report["parts"]:
+        out.append(f"{part['part']:<14}{units.g(part['analytic']):>10}{units.g(part['measured']):>10}")
+    macs = report["macs"]
+    out.append(f"{'total':<14}{units.g(macs['analytic']):>10}{units.g(macs['measured']):>10}")
+    out.append("")
+    out.append(f"with W-MSA (the paper's count): {units.g(macs['ideal'])} G{units.name}")
+    if report["padded"]:
+        out.append(f"with W-MSA as it runs, padded:  {units.g(macs['analytic'])} G{units.name}")
+    out.append(
+        f"with global MSA in every block: {units.g(macs['msa'])} G{units.name} ({macs['msa'] / macs['ideal']:.2f}x)"
+    )
+    out.append(_verdict(report))
+    return "\n".join(out)
+
+
+def _verdict(report: dict) -> str:
+    check = report["check"]
+    if check["gap"] is None:
+        return "measured: not run (--no-measure)"
+    status = "OK" if check["ok"] else "FAIL"
+    return (
+        f"check: measured ({check['measured_on']} forward) vs analytic {_gap(report)}, "
+        f"tolerance {TOLERANCE:.0%}: {status}"
+    )
+
+
+def _markdown(report: dict, units: _Units) -> str:
+    g = units.name
+    out = [
+        f"**{report['model']}** at {_hw(report['img_size'])}, window {report['window_size']}: "
+        f"{report['params']:,} parameters. {units.header}",
+        "",
+        f"| stage | tokens | window | C | depth | MSA G{g} | W-MSA G{g} | MSA / W-MSA | W-MSA padded G{g} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in report["stages"]:
+        out.append(
+            f"| {s['stage']} | {_hw(s['resolution'])} | {_hw(s['window'])} | {s['channels']} | {s['depth']} "
+            f"| {units.g(s['msa_macs'])} | {units.g(s['wmsa_macs'])} | {s['ratio']:.2f}x "
+            f"| {units.g(s['wmsa_macs_padded'])} |"
+        )
+    macs = report["macs"]
+    out += [
+        "",
+        f"| whole model | G{g} |",
+        "|---|---|",
+        f"| W-MSA, the paper's count | {units.g(macs['ideal'])} |",
+        f"| W-MSA, padded as it runs | {units.g(macs['analytic'])} |",
+        f"| measured forward | {units.g(macs['measured'])} ({_gap(report)}) |",
+        f"| global MSA | {units.g(macs['msa'])} |",
+    ]
+    return "\n".join(out)
+
+
+_CSV_FIELDS = (
+    "model",
+    "img_h",
+    "img_w",
+    "window_size",
+    "scope",
+    "stage",
+    "h",
+    "w",
+    "channels",
+    "depth",
+    "msa",
+    "wmsa",
+    "wmsa_padded",
+    "measured",
+    "ratio",
+)
+
+
+def _csv_rows(report: dict, units: _Units) -> list[dict]:
+    """One row per stage (attention), one for the whole model; cost columns in the chosen unit."""
+    common = {
+        "model": report["model"],
+        "img_h": report["img_size"][0],
+        "img_w": report["img_size"][1],
+        "window_size": report["window_size"],
+    }
+    rows = []
+    for s in report["stages"]:
+        rows.append(
+            {
+                **common,
+                "scope": "attention",
+                "stage": s["stage"],
+                "h": s["resolution"][0],
+                "w": s["resolution"][1],
+                "channels": s["channels"],
+                "depth": s["depth"],
+                "msa": units.value(s["msa_macs"]),
+                "wmsa": units.value(s["wmsa_macs"]),
+                "wmsa_padded": units.value(s["wmsa_macs_padded"]),
+                "measured": units.value(s["wmsa_macs_measured"]),
+                "ratio": f"{s['ratio']:.4f}",
+            }
+        )
+    macs = report["macs"]
+    rows.append(
+        {
+            **common,
+            "scope": "model",
+            "msa": units.value(macs["msa"]),
+            "wmsa": units.value(macs["ideal"]),
+            "wmsa_padded": units.value(macs["analytic"]),
+            "measured": units.value(macs["measured"]),
+            "ratio": f"{macs['msa'] / macs['ideal']:.4f}",
+        }
+    )
+    return rows
+
+
+def _write_csv(rows: list[dict], units: _Units) -> str:
+    cost = {"msa", "wmsa", "wmsa_padded", "measured"}
+    fields = [f"{f}_{units.key}" if f in cost else f for f in _CSV_FIELDS]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(fields)
+    for row in rows:
+        writer.writerow(["" if row.get(f) is None else row[f] for f in _CSV_FIELDS])
+    return buffer.getvalue().rstrip("\n")
+
+
+def render(report: dict, fmt: str = "table", as_flops: bool = False) -> str:
+    """The report of :func:`swin.flops` as ``table``, ``markdown``, ``json`` or ``csv`` text."""
+    units = _Units(as_flops)
+    if fmt == "json":
+        return json.dumps(report, indent=2)
+    if fmt == "csv":
+        return _write_csv(_csv_rows(report, units), units)
+    if fmt == "markdown":
+        return _markdown(report, units)
+    return _table(report, units)
+
+
+# -- sweep ------------------------------------------------------------------------------------------------
+
+
+def sweep(
+    model_or_name: Any,
+    sizes: Sequence[int | Sequence[int]],
+    window_size: int | None = None,
+    semantics: str = "classification",
+    measure: bool = True,
+) -> list[dict]:
+    """:func:`swin.flops` at each size: how MSA (quadratic in pixels) and W-MSA (linear) grow."""
+    return [flops(model_or_name, size, window_size, semantics=semantics, measure=measure) for size in sizes]
+
+
+def render_sweep(reports: list[dict], fmt: str = "table", as_flops: bool = False) -> str:
+    units = _Units(as_flops)
+    if fmt == "json":
+        return json.dumps(reports, indent=2)
+    if fmt == "csv":
+        return _write_csv([row for r in reports for row in _csv_rows(r, units)], units)
+    first = reports[0]
+    pixels0 = first["img_size"][0] * first["img_size"][1]
+    g = units.name
+    columns = (
+        "size",
+        "pixels x",
+        f"attn MSA G{g}",
+        f"attn W-MSA G{g}",
+        f"model MSA G{g}",
+        f"model W-MSA G{g}",
+        f"padded G{g}",
+        f"measured G{g}",
+        "gap",
+        "MSA x",
+        "W-MSA x",
+    )
+    rows = []
+    for r in reports:
+        pixels = r["img_size"][0] * r["img_size"][1]
+        macs = r["macs"]
+        rows.append(
+            (
+                _hw(r["img_size"]),
+                f"{pixels / pixels0:.2f}",
+                units.g(sum(s["msa_macs"] for s in r["stages"]), 2),
+                units.g(sum(s["wmsa_macs"] for s in r["stages"]), 2),
+                units.g(macs["msa"], 2),
+                units.g(macs["ideal"], 2),
+                units.g(macs["analytic"], 2),
+                units.g(macs["measured"], 2),
+                _gap(r),
+                f"{macs['msa'] / first['macs']['msa']:.2f}",
+                f"{macs['ideal'] / first['macs']['ideal']:.2f}",
+            )
+        )
+    title = (
+        f"{first['model']}, window {first['window_size']}: cost against image size. MSA grows with the square "
+        "of the pixels, W-MSA linearly; 'x' columns are relative to the first size."
+    )
+    if fmt == "markdown":
+        lines = [title, "", units.header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(columns)]
+    lines = [title, units.header, ""]
+    lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
+    failed = [_hw(r["img_size"]) for r in reports if r["check"]["ok"] is False]
+    status = f"FAIL at {', '.join(failed)}" if failed else "OK"
+    if reports[0]["check"]["gap"] is not None:
+        lines.append(f"check: measured vs analytic (padded) within {TOLERANCE:.0%}: {status}")
+    return "\n".join(lines)
+
+
+def plot_sweep(reports: list[dict], path: str, as_flops: bool = False) -> None:
+    """Draw model cost against pixels (log-log: MSA has slope 2, W-MSA slope 1) into a PNG at ``path``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError(f"--plot needs matplotlib, which is not installed: {_PLOT_HINT}") from None
+    units = _Units(as_flops)
+    pixels = [r["img_size"][0] * r["img_size"][1] / 1e6 for r in reports]
+
+    def series(key: str) -> list[float]:
+        return [r["macs"][key] * units.factor / 1e9 for r in reports]
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    axes.plot(pixels, series("msa"), "o-", label="global MSA in every block")
+    axes.plot(pixels, series("ideal"), "s-", label="W-MSA (the paper's count)")
+    axes.plot(pixels, series("analytic"), "^--", label="W-MSA as it runs (padded)")
+    if all(r["macs"]["measured"] is not None for r in reports):
+        axes.plot(pixels, series("measured"), "x", color="black", markersize=9, label="measured forward")
+    for r, x in zip(reports, pixels, strict=True):
+        point = (x, r["macs"]["ideal"] * units.factor / 1e9)
+        axes.annotate(_hw(r["img_size"]), point, fontsize=8, textcoords="offset points", xytext=(4, -12))
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("input pixels (millions)")
+    axes.set_ylabel(f"G{units.name} per image" + ("" if as_flops else " (multiply-accumulates)"))
+    axes.set_title(f"{reports[0]['model']}, window {reports[0]['window_size']}: MSA quadratic, W-MSA linear")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, format="png", dpi=120)
+    plt.close(figure)
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+
+def cmd_flops(args) -> int:
+    name = resolve_name(args.name)
+    measure = not args.no_measure
+    try:
+        if args.sweep or args.plot:
+            reports = sweep(name, args.sweep or list(DEFAULT_SWEEP), args.window, args.semantics, measure)
+            if args.plot:
+                plot_sweep(reports, args.plot, args.flops)
+            if args.sweep:
+                print(render_sweep(reports, args.format, args.flops))
+            if args.plot:
+                print(f"wrote {args.plot}", file=sys.stderr)
+        else:
+            reports = [flops(name, args.img_size, args.window, semantics=args.semantics, measure=measure)]
+            print(render(reports[0], args.format, args.flops))
+    except (ValueError, TypeError, ImportError) as error:
+        print(f"swin flops: {error}", file=sys.stderr)
+        return 2
+    failed = [r for r in reports if r["check"]["ok"] is False]
+    for r in failed:
+        print(
+            f"swin flops: FAIL: {r['model']} at {_hw(r['img_size'])}: the measured forward "
+            f"({r['macs']['measured']:,} MACs) differs from the analytic count ({r['macs']['analytic']:,}) by "
+            f"{_gap(r)}, more than {TOLERANCE:.0%}: a module's macs() no longer matches its forward",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "flops",
+        help="cost per stage (MSA against W-MSA) and of the whole model, analytic and measured",
+        description=(
+            "Cost of one image, in MACs (multiply-accumulates, which the Swin paper calls FLOPs) unless --flops. "
+            "The analytic count adds up each module's macs(); the measured count watches a real forward "
+            f"(torch.utils.flop_counter); a gap over {TOLERANCE:.0%} exits with status 1."
+        ),
+    )
+    p.add_argument("name", help="registered name or timm alias, e.g. swin_t")
+    p.add_argument("--img-size", type=_size, default=None, metavar="H[,W]", help="input size (default: native)")
+    p.add_argument("--window", type=_window, default=None, metavar="M", help="build with window_size=M")
+    p.add_argument(
+        "--semantics", choices=("classification", "detection"), default="classification", help="padding rules"
+    )
+    p.add_argument("--sweep", type=_sizes, default=None, metavar="224,512,1024", help="cost against image size")
+    p.add_argument("--format", choices=("table", "markdown", "json", "csv"), default="table")
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="draw the sweep (default sizes without --sweep); needs matplotlib"
+    )
+    p.add_argument("--flops", action="store_true", help="print FLOPs = 2 x MACs instead of MACs")
+    p.add_argument("--no-measure", action="store_true", help="analytic count only, no counted forward")
+    p.set_defaults(func=cmd_flops)
