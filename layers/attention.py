@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 import torch.nn.functional as F
 from timm.layers import trunc_normal_
 from torch import nn
 
+from .cache import TensorLRU
 from .position_bias import relative_position_index
 
 __all__ = ["WindowAttention"]
-
-# Merged bias+mask tensors kept per attention module; a stream of distinct input sizes evicts the oldest.
-_CACHE_SIZE = 8
 
 
 class WindowAttention(nn.Module):
@@ -52,7 +48,7 @@ class WindowAttention(nn.Module):
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
         # Derived from the window alone: rebuilt on construction, never saved (not in state_dict).
         self.register_buffer("relative_position_index", relative_position_index(self.window), persistent=False)
-        self._bias_cache: OrderedDict = OrderedDict()
+        self._bias_cache = TensorLRU()  # merged bias+mask per input size, inference only
         trunc_normal_(self.relative_position_bias_table, std=0.02)
 
     def position_bias(self) -> torch.Tensor:
@@ -74,7 +70,6 @@ class WindowAttention(nn.Module):
             full_key = (key, table.device, dtype, table._version, table.data_ptr())
             cached = self._bias_cache.get(full_key)
             if cached is not None:
-                self._bias_cache.move_to_end(full_key)
                 return cached
         bias = self.position_bias().unsqueeze(0)  # 1, heads, N, N
         if mask is not None:
@@ -82,9 +77,7 @@ class WindowAttention(nn.Module):
             bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
         bias = bias.to(dtype)
         if caching:
-            self._bias_cache[full_key] = bias
-            while len(self._bias_cache) > _CACHE_SIZE:
-                self._bias_cache.popitem(last=False)
+            self._bias_cache.put(full_key, bias)
         return bias
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:
@@ -93,17 +86,23 @@ class WindowAttention(nn.Module):
         batch, windows, n, channels = x.shape
         heads, head_dim = self.num_heads, channels // self.num_heads
         qkv = self.qkv(x).view(batch, windows, n, 3, heads, head_dim).permute(3, 0, 1, 4, 2, 5)
+        # One copy into (3, B, nW, heads, N, d), then views: SDPA's fused CPU kernel takes 4-D inputs. Without
+        # a mask the bias broadcasts over (B*nW); with one, windows and heads share a dimension so that the
+        # (nW*heads) bias broadcasts over the batch. (A copy, not reshape: traced with symbolic sizes, a
+        # reshape would have to decide whether it is a view, i.e. whether there is one window.)
+        qkv = qkv.clone(memory_format=torch.contiguous_format)
         bias = self.attention_bias(mask, key, qkv.dtype)
-        # SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW);
-        # with one, windows and heads share a dimension so the (nW*heads) bias broadcasts over the batch.
         if mask is None:
-            q, k, v = qkv.reshape(3, batch * windows, heads, n, head_dim).unbind(0)
+            q, k, v = qkv.view(3, batch * windows, heads, n, head_dim).unbind(0)
         else:
-            q, k, v = qkv.reshape(3, batch, windows * heads, n, head_dim).unbind(0)
+            q, k, v = qkv.view(3, batch, windows * heads, n, head_dim).unbind(0)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
         )
-        out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3).reshape(batch, windows, n, channels)
+        out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3)
+        # An explicit copy, then a view: with symbolic sizes the ONNX exporter takes reshape and contiguous()
+        # for views of this transposed tensor and fails.
+        out = out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, channels)
         return self.proj_drop(self.proj(out))
 
     def macs(self, tokens: int) -> int:

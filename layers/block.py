@@ -9,7 +9,7 @@ from torch import nn
 
 from .attention import WindowAttention
 from .mlp import Mlp
-from .window import window_plan
+from .window import build_window_plan, window_plan
 
 __all__ = ["SwinBlock", "SEMANTICS"]
 
@@ -80,10 +80,17 @@ class SwinBlock(nn.Module):
         and its inverse another (see :class:`swin.layers.WindowPlan`)."""
         batch, height, width, channels = x.shape
         shift = self.shift_for(height, width)
-        plan = window_plan(height, width, self.window, shift, self.semantics == "detection", x.device)
+        pad_first = self.semantics == "detection"
         tokens = x.reshape(batch, height * width, channels)
-        if plan.needs_zero:
-            tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
+        if torch.compiler.is_compiling():
+            # Traced (compile, export): sizes may be symbolic, so no cache and no size-dependent branch; the
+            # zero token is always there (gather indices never point past it when nothing is padded).
+            plan = build_window_plan(height, width, self.window, shift, pad_first, x.device)
+            tokens = F.pad(tokens, (0, 0, 0, 1))
+        else:
+            plan = window_plan(height, width, self.window, shift, pad_first, x.device)
+            if plan.needs_zero:
+                tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
         windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, -1, channels)
         windows = self.attn(windows, plan.mask, plan.key)
         merged = windows.reshape(batch, -1, channels).index_select(1, plan.scatter)

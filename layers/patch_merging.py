@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-__all__ = ["PatchMerging"]
+__all__ = ["PatchMerging", "PatchMergingV2"]
 
 
 class PatchMerging(nn.Module):
@@ -32,3 +32,24 @@ class PatchMerging(nn.Module):
         """Reduction plus norm on the merged map, as the official ``flops()`` counts them."""
         h, w = -(-height // 2), -(-width // 2)
         return h * w * 4 * self.dim * 2 * self.dim + h * w * 4 * self.dim
+
+
+class PatchMergingV2(PatchMerging):
+    """Swin V2 patch merging: space-to-depth, Linear 4C -> 2C, then LayerNorm(2C) (official V2 key layout:
+    ``reduction``, ``norm``). (B, H, W, C) -> (B, ceil(H/2), ceil(W/2), 2C)."""
+
+    def __init__(self, dim: int):
+        super().__init__(dim)
+        self.norm = nn.LayerNorm(2 * dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        height, width = x.shape[1:3]
+        if height % 2 or width % 2:
+            x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
+        x = rearrange(x, "b (h dh) (w dw) c -> b h w (dw dh c)", dh=2, dw=2)  # the V1 channel order
+        return self.norm(self.reduction(x))
+
+    def macs(self, height: int, width: int) -> int:
+        """Reduction plus norm of the 2C outputs, as the official V2 ``flops()`` (``H * W * dim // 2``)."""
+        h, w = -(-height // 2), -(-width // 2)
+        return h * w * 4 * self.dim * 2 * self.dim + h * w * 2 * self.dim

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import torch
 from einops import rearrange
 
-__all__ = ["MASK_VALUE", "WindowPlan", "shift_mask", "window_partition", "window_plan", "window_reverse"]
+__all__ = [
+    "MASK_VALUE",
+    "WindowPlan",
+    "build_window_plan",
+    "shift_mask",
+    "window_partition",
+    "window_plan",
+    "window_reverse",
+]
 
 # The official code adds -100 (not -inf) between tokens of different regions; every reference keeps it,
 # so outputs stay comparable and a fully masked row can never turn into NaN.
@@ -27,6 +35,27 @@ def window_reverse(windows: torch.Tensor, window: tuple[int, int], height: int, 
     return rearrange(windows, "b (nh nw) (wh ww) c -> b (nh wh) (nw ww) c", nh=height // wh, wh=wh, ww=ww)
 
 
+def _mod(values: torch.Tensor, divisor: int) -> torch.Tensor:
+    """values % divisor as floor division, which ONNX export can take with a symbolic divisor."""
+    return values - (values // divisor) * divisor
+
+
+def _window_coordinates(height: int, width: int, window: tuple[int, int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column, in a (height, width) map of window multiples, of each token in window order
+    (windows row-major, tokens row-major inside a window): what :func:`window_partition` would gather.
+
+    Plain arithmetic on an arange rather than reshapes, so that tracing with symbolic sizes (torch.export,
+    ONNX) needs no guard on how many windows there are.
+    """
+    wh, ww = window
+    per_row = width // ww
+    token = torch.arange(height * width, device=device)
+    window_id, inside = token // (wh * ww), token % (wh * ww)
+    rows = (window_id // per_row) * wh + inside // ww
+    cols = _mod(window_id, per_row) * ww + inside % ww
+    return rows, cols
+
+
 def shift_mask(
     height: int, width: int, window: tuple[int, int], shift: tuple[int, int], device: torch.device
 ) -> torch.Tensor:
@@ -37,18 +66,11 @@ def shift_mask(
     them is masked. The official code labels 3x3 slices; its slice boundary at ``-window`` never splits a
     window, so one boundary per axis, at ``-shift``, gives the same mask.
     """
-    rows = (
-        torch.arange(height, device=device) >= height - shift[0]
-        if shift[0]
-        else torch.zeros(height, dtype=torch.bool, device=device)
-    )
-    cols = (
-        torch.arange(width, device=device) >= width - shift[1]
-        if shift[1]
-        else torch.zeros(width, dtype=torch.bool, device=device)
-    )
-    region = (rows[:, None].long() * 2 + cols[None, :].long())[None, :, :, None]  # 1, H, W, 1
-    region = window_partition(region, window)[0, :, :, 0]  # nW, N
+    rows, cols = _window_coordinates(height, width, window, device)
+    n = window[0] * window[1]
+    # (a zero shift marks nothing: rows >= height never holds)
+    region = (rows >= height - shift[0]).long() * 2 + (cols >= width - shift[1]).long()
+    region = region.view(-1, n)  # nW, N
     return (region[:, :, None] != region[:, None, :]).float() * MASK_VALUE
 
 
@@ -65,7 +87,6 @@ class WindowPlan:
             zero token that the caller appends when ``needs_zero``.
         scatter: (H*W,) index into the flattened windows for each map position.
         mask: (nW, N, N) additive shift mask, or None when nothing is shifted.
-        needs_zero: whether ``gather`` refers to the zero (padding) token.
     """
 
     key: tuple[int, int, int, int]
@@ -74,11 +95,14 @@ class WindowPlan:
     gather: torch.Tensor
     scatter: torch.Tensor
     mask: torch.Tensor | None
-    needs_zero: bool
+
+    @property
+    def needs_zero(self) -> bool:
+        """Whether ``gather`` refers to the zero (padding) token."""
+        return self.gather.numel() > self.scatter.numel()
 
 
-@functools.lru_cache(maxsize=128)
-def window_plan(
+def build_window_plan(
     height: int,
     width: int,
     window: tuple[int, int],
@@ -86,7 +110,7 @@ def window_plan(
     pad_first: bool,
     device: torch.device,
 ) -> WindowPlan:
-    """The cached :class:`WindowPlan` for a (height, width) map.
+    """The :class:`WindowPlan` for a (height, width) map (:func:`window_plan` is the cached version).
 
     ``pad_first`` (detection semantics) pads to a window multiple and rolls the padded map; otherwise
     (classification semantics, as timm) the map is rolled, then padded. Derived state, never saved.
@@ -94,15 +118,15 @@ def window_plan(
     wh, ww = window
     padded_h, padded_w = height + -height % wh, width + -width % ww
     zero = height * width  # index of the appended zero token
-    index = torch.full((padded_h, padded_w), zero, dtype=torch.long)
-    index[:height, :width] = torch.arange(zero).view(height, width)
-    # After a roll by -shift, position (i, j) holds what was at (i + shift) modulo the rolled extent.
-    roll_h, roll_w = (padded_h, padded_w) if pad_first else (height, width)
-    if shift[0]:
-        index[:roll_h] = torch.roll(index[:roll_h], -shift[0], 0)
-    if shift[1]:
-        index[:, :roll_w] = torch.roll(index[:, :roll_w], -shift[1], 1)
-    gather = window_partition(index[None, :, :, None], window).flatten()
+    # Window token -> position in the rolled, padded map -> position in the input map.
+    rows, cols = _window_coordinates(padded_h, padded_w, window, torch.device("cpu"))
+    if pad_first:  # roll over the padded map: content beyond the input is padding
+        rows, cols = _mod(rows + shift[0], padded_h), _mod(cols + shift[1], padded_w)
+        inside = (rows < height) & (cols < width)
+    else:  # roll within the input, then pad
+        inside = (rows < height) & (cols < width)
+        rows, cols = _mod(rows + shift[0], height), _mod(cols + shift[1], width)
+    gather = torch.where(inside, rows * width + cols, zero)
     scatter = torch.empty(zero + 1, dtype=torch.long)
     scatter[gather] = torch.arange(gather.numel())
     mask = shift_mask(padded_h, padded_w, window, shift, device) if any(shift) else None
@@ -113,5 +137,8 @@ def window_plan(
         gather=gather.to(device),
         scatter=scatter[:zero].to(device),
         mask=mask,
-        needs_zero=bool((gather == zero).any()),
     )
+
+
+# Plans depend only on their arguments: cache them (derived state, never saved in a state dict).
+window_plan = functools.lru_cache(maxsize=128)(build_window_plan)

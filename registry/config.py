@@ -31,6 +31,10 @@ class SwinConfig:
         drop_path_rate: stochastic depth, rising linearly to this value over all blocks.
         ape: learn an absolute position embedding (no official checkpoint uses one).
         patch_norm: LayerNorm after the patch embedding.
+        version: 1 (Swin) or 2 (Swin V2: scaled cosine attention, log-spaced continuous position bias,
+            residual post-norm, patch merging that norms after the reduction).
+        pretrained_window_sizes: Swin V2 only: per stage, the window the weights were trained at, which keeps
+            the position bias coordinates of the pre-training (0: the stage's own window).
     """
 
     name: str = "swin"
@@ -49,6 +53,8 @@ class SwinConfig:
     drop_path_rate: float = 0.1
     ape: bool = False
     patch_norm: bool = True
+    version: int = 1
+    pretrained_window_sizes: tuple[int, ...] = (0, 0, 0, 0)
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -63,6 +69,21 @@ class SwinConfig:
         for name in ("embed_dim", "window_size", "patch_size", "in_chans"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.version not in (1, 2):
+            raise ValueError(f"version must be 1 (Swin) or 2 (Swin V2), got {self.version}")
+        if any(size < 0 for size in self.pretrained_window_sizes):
+            raise ValueError(f"pretrained_window_sizes must be >= 0 (0: none), got {self.pretrained_window_sizes}")
+        if any(self.pretrained_window_sizes):
+            if self.version != 2:
+                raise ValueError(
+                    f"pretrained_window_sizes {self.pretrained_window_sizes} apply to Swin V2 only; set version=2 "
+                    "or leave them at 0"
+                )
+            if len(self.pretrained_window_sizes) != len(self.depths):
+                raise ValueError(
+                    f"pretrained_window_sizes {self.pretrained_window_sizes} needs one entry per stage "
+                    f"({len(self.depths)})"
+                )
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be >= 0 (0 removes the head), got {self.num_classes}")
 

@@ -118,8 +118,16 @@ def get_config(name: str) -> SwinConfig:
     return _configs[resolve_name(name)]
 
 
-def list_models(pattern: str | None = None) -> list[str]:
-    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given."""
+def list_models(pattern: str | None = None, pretrained: bool = False) -> list[str]:
+    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given.
+
+    With ``pretrained=True``, the pretrained checkpoints of the weights manifest instead, as ``ARCH.TAG``
+    names (``swin_t.ms_in1k``); ``pattern`` then matches those (``"swin_t"`` alone means ``"swin_t.*"``).
+    """
+    if pretrained:
+        from ..weights.manifest import list_pretrained
+
+        return list_pretrained(pattern)
     _ensure_loaded()
     names = sorted(_configs)
     if pattern is not None:

@@ -24,8 +24,10 @@ def create_model(
 
     Args:
         name: ``swin_t``, ``swin_b_384``, ``swin_tiny_patch4_window7_224``, ... (see ``swin.list_models()``).
-        pretrained: ``False``; or a local checkpoint path of any supported layout (official, timm,
-            torchvision), converted and loaded.
+        pretrained: ``False``; ``True`` (the architecture's default tag in the weights manifest); a tag
+            (``"ms_in22k"``) or ``"ARCH.TAG"``; a local checkpoint file or an http(s) URL, in any supported
+            layout (official, timm, torchvision, transformers, mmdetection). A manifest tag also sets
+            ``num_classes`` to its head's (21841 for ``ms_in22k``) unless ``num_classes`` is given.
         features_only: return a :class:`SwinBackbone` (multi-scale NCHW features, detection semantics)
             instead of the classifier.
         out_indices: with ``features_only``, the stages to return (0..3); ``frozen_stages`` and
@@ -38,6 +40,12 @@ def create_model(
         TypeError: an override that is not a config field, or of the wrong type.
     """
     canonical = resolve_name(name)
+    if pretrained and not features_only and "num_classes" not in overrides:
+        from .weights.pretrained import designated_entry
+
+        entry = designated_entry(canonical, pretrained)
+        if entry is not None:
+            overrides["num_classes"] = entry.num_classes
     if features_only:
         backbone_args = {k: overrides.pop(k) for k in ("frozen_stages", "norm_eval", "semantics") if k in overrides}
         config = get_config(canonical).replace(**overrides)

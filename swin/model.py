@@ -41,6 +41,8 @@ class SwinTransformer(SwinTrunk):
         drop_path_rate: stochastic depth, rising linearly over the blocks to this value.
         ape: absolute position embedding (interpolated bicubically to other input sizes).
         patch_norm: LayerNorm after the patch embedding.
+        version: 1 (Swin) or 2 (Swin V2, Liu et al., CVPR 2022).
+        pretrained_window_sizes: Swin V2: per stage, the window of pre-training (0: none).
         semantics: "classification" (official classifier, timm) or "detection" (official detection
             backbone): see ``swin.layers.SEMANTICS``.
         name: the registered name, kept in ``model.config``.
@@ -63,6 +65,8 @@ class SwinTransformer(SwinTrunk):
         drop_path_rate: float = 0.1,
         ape: bool = False,
         patch_norm: bool = True,
+        version: int = 1,
+        pretrained_window_sizes: Sequence[int] = (0, 0, 0, 0),
         semantics: str = "classification",
         name: str = "swin",
     ):
@@ -83,6 +87,8 @@ class SwinTransformer(SwinTrunk):
             drop_path_rate=drop_path_rate,
             ape=ape,
             patch_norm=patch_norm,
+            version=version,
+            pretrained_window_sizes=tuple(pretrained_window_sizes),
         )
         super().__init__(config, semantics)
         self.num_classes = num_classes

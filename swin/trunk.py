@@ -69,6 +69,8 @@ class SwinTrunk(nn.Module):
                     rates[sum(depths[:i]) : sum(depths[: i + 1])],
                     downsample=i < num_stages - 1,
                     semantics=semantics,
+                    version=config.version,
+                    pretrained_window=dict(enumerate(config.pretrained_window_sizes)).get(i, 0),
                 )
             )
             height, width = -(-height // 2), -(-width // 2)
@@ -131,6 +133,14 @@ class SwinTrunk(nn.Module):
             pos = pos.permute(0, 2, 3, 1)
         return pos
 
+    def __prepare_scriptable__(self) -> SwinTrunk:
+        # torch.jit.script calls this first: say which path is supported instead of failing deep inside.
+        raise RuntimeError(
+            "TorchScript scripting is not supported for swin models (per-size window plans and caches are "
+            "Python). Deploy with torch.export (swin.export.export_program) or ONNX (swin.export.export_onnx, "
+            "or `swin export NAME out.onnx`); torch.compile works too."
+        )
+
     # -- utilities --------------------------------------------------------------------------------------
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -139,10 +149,16 @@ class SwinTrunk(nn.Module):
             stage.grad_checkpointing = enable
 
     def no_weight_decay(self) -> set[str]:
-        """Parameter names that Swin's recipes train without weight decay."""
-        names = {n for n, _ in self.named_parameters() if n.endswith("relative_position_bias_table")}
-        if self.absolute_pos_embed is not None:
-            names.add("absolute_pos_embed")
+        """Parameter names that Swin's recipes train without weight decay: ``absolute_pos_embed``, every
+        ``relative_position_bias_table``, Swin-V2's ``logit_scale`` and ``cpb_mlp`` where a model has them, and
+        every 1-D parameter (norm weights and biases, all biases), as the official ``set_weight_decay``."""
+        # The official no_weight_decay() and no_weight_decay_keywords() of V1 and V2, whatever the shape.
+        named = ("absolute_pos_embed", "relative_position_bias_table", "logit_scale")
+        names = set()
+        for name, param in self.named_parameters():
+            parts = name.split(".")
+            if param.ndim <= 1 or parts[-1] in named or "cpb_mlp" in parts:
+                names.add(name)
         return names
 
     def stage_sizes(self, height: int, width: int) -> list[tuple[int, int]]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from swin.weights import convert
 
 import swin
+from swin.weights import convert
 
 # Our registered name -> timm's name (timm is an independent implementation of the same architectures).
 TIMM_NAMES = {name: swin.get_config(name).aliases[0] for name in swin.list_models()}

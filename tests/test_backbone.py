@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from swin.weights import convert
 
 import swin
+from swin.weights import convert
 
 
 def expected_sizes(height: int, width: int) -> list[tuple[int, int]]:

@@ -11,7 +11,7 @@ from ..registry import UnknownModelError
 __all__ = ["main", "build_parser"]
 
 # Each module defines register(subparsers), adding its subcommands with set_defaults(func=...).
-SUBCOMMAND_MODULES = ["models", "flops_cmd"]
+SUBCOMMAND_MODULES = ["models", "flops_cmd", "weights_cmds", "validate_cmd", "export_cmd", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -39,6 +39,10 @@ def model_rows(pattern: str | None = None) -> list[dict]:
 
 
 def cmd_list(args) -> int:
+    if getattr(args, "pretrained", False):
+        from .weights_cmds import cmd_list_pretrained
+
+        return cmd_list_pretrained(args)
     rows = model_rows(args.pattern)
     if args.format == "json":
         print(json.dumps(rows, indent=2))
@@ -106,6 +110,7 @@ def register(sub) -> None:
     p = sub.add_parser("list", help="registered architectures")
     p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'swin_b*'")
     p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    p.add_argument("--pretrained", action="store_true", help="list the pretrained checkpoints (ARCH.TAG) instead")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("info", help="configuration, parameters and stages of one architecture")

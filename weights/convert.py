@@ -1,4 +1,4 @@
-"""Convert state dicts between checkpoint layouts: detect, unwrap, rename, drop derived buffers."""
+"""Convert state dicts between checkpoint layouts: detect, unwrap, rename, transform, drop derived buffers."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ from collections.abc import Mapping
 
 import torch
 
-from .layouts import LAYOUTS, Layout
+from .layouts import DETECTION_ORDER, LAYOUTS, Layout
 
 __all__ = ["convert", "export", "detect_layout", "unwrap"]
 
-_WRAPPERS = ("model", "state_dict", "model_state", "module")
+_WRAPPERS = ("model", "state_dict", "model_state", "module", "model_ema")
 _PREFIXES = ("module.", "model.", "backbone.")
+# Keys of a Swin trunk in any supported layout; a detector's other parts (neck., rpn_head., ...) never match.
+_TRUNK = re.compile(r"^(patch_embed|layers|stages|features|absolute_pos_embed|embeddings|encoder|swin)\.")
 
 
 def unwrap(checkpoint: Mapping) -> dict[str, torch.Tensor]:
-    """The tensor mapping inside a checkpoint: ``{"model": sd}``, ``{"state_dict": sd}``, ``module.`` ..."""
+    """The tensor mapping inside a checkpoint: ``{"model": sd}``, ``{"state_dict": sd}``, ``module.`` ...
+
+    A detector checkpoint (mmdetection, the official detection code) keeps the trunk under ``backbone.``
+    beside its neck and heads: the prefix is removed from the backbone's keys and the others are kept as
+    they are (loading reports them as keys the model does not have).
+    """
     sd = checkpoint
     while isinstance(sd, Mapping) and not any(isinstance(v, torch.Tensor) for v in sd.values()):
         inner = next((sd[k] for k in _WRAPPERS if isinstance(sd.get(k), Mapping)), None)
@@ -31,13 +38,16 @@ def unwrap(checkpoint: Mapping) -> dict[str, torch.Tensor]:
     for prefix in _PREFIXES:
         if all(k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
+    backbone = [k for k in tensors if k.startswith("backbone.")]
+    if backbone and not any(_TRUNK.match(k) for k in tensors if not k.startswith("backbone.")):
+        tensors = {k.removeprefix("backbone."): v for k, v in tensors.items()}
     return tensors
 
 
 def detect_layout(keys) -> str:
     """Name of the layout whose signature the keys carry; "official" (ours) when none does."""
     keys = list(keys)
-    for name in ("torchvision", "official", "timm"):  # official before timm: both have layers.1.downsample
+    for name in DETECTION_ORDER:
         if any(re.search(pattern, k) for pattern in LAYOUTS[name].signature for k in keys):
             return name
     return "official"
@@ -50,6 +60,8 @@ def _apply(sd: Mapping[str, torch.Tensor], rules, drop: str | None) -> dict[str,
             continue
         for pattern, replacement in rules:
             key = re.sub(pattern, replacement, key)
+        if drop and re.search(drop, key):
+            continue
         out[key] = value
     return out
 
@@ -63,17 +75,23 @@ def _layout(name: str) -> Layout:
 def convert(state_dict: Mapping, source: str = "auto") -> dict[str, torch.Tensor]:
     """Our (official) layout from a checkpoint of layout ``source`` ("auto" detects it from the keys).
 
-    Wrappers (``model``, ``state_dict``, ``module.``) are unwrapped and derived buffers
-    (``relative_position_index``, ``attn_mask``) dropped.
+    ``source`` is one of "official", "timm", "torchvision", "transformers" (4.x and 5.x key names),
+    "mmdet" (mmdetection / mmsegmentation) or "auto". Wrappers (``model``, ``state_dict``, ``module.``,
+    ``backbone.``) are unwrapped and derived buffers (``relative_position_index``, ``attn_mask``) dropped.
+    Keys that are not part of a Swin trunk (a detector's neck, per-level ``norm0..3``) pass through.
     """
     sd = unwrap(state_dict)
     layout = _layout(detect_layout(sd) if source == "auto" else source)
-    return _apply(sd, layout.to_ours, layout.drop)
+    out = _apply(sd, layout.to_ours, layout.drop)
+    for transform in layout.to_ours_transforms:
+        out = transform(out)
+    return out
 
 
 def export(state_dict: Mapping, target: str = "official") -> dict[str, torch.Tensor]:
     """A state dict in our layout rewritten for ``target`` ("official" or "timm")."""
     layout = _layout(target)
     if target != "official" and not layout.from_ours:
-        raise ValueError(f"export to {target!r} is not supported; export targets: official, timm")
+        exportable = [name for name, lay in LAYOUTS.items() if name == "official" or lay.from_ours]
+        raise ValueError(f"export to {target!r} is not supported; export targets: {', '.join(exportable)}")
     return _apply(unwrap(state_dict), layout.from_ours, layout.drop)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from swin.layers import WindowAttention, relative_position_index
 
 import swin
+from swin.layers import WindowAttention, relative_position_index
 
 
 def test_index_equals_timm():

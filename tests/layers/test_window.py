@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from swin.layers import MASK_VALUE, shift_mask, window_partition, window_reverse
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from swin.registry import UnknownModelError, resolve_name
 
 import swin
+from swin.registry import UnknownModelError, resolve_name
 
 
 def test_bundled_models():
-    assert swin.list_models() == ["swin_b", "swin_b_384", "swin_l", "swin_l_384", "swin_s", "swin_t"]
+    v1 = ["swin_b", "swin_b_384", "swin_l", "swin_l_384", "swin_s", "swin_t"]
+    v2 = ["swinv2_b_w12_192", "swinv2_b_w12to16_256", "swinv2_b_w12to24_384", "swinv2_b_w16", "swinv2_b_w8"]
+    v2 += ["swinv2_l_w12_192", "swinv2_l_w12to16_256", "swinv2_l_w12to24_384"]
+    v2 += ["swinv2_s_w16", "swinv2_s_w8", "swinv2_t_w16", "swinv2_t_w8"]
+    assert swin.list_models() == v1 + v2
     assert swin.list_models("swin_b*") == ["swin_b", "swin_b_384"]
 
 

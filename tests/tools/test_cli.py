@@ -7,8 +7,8 @@ import shutil
 import subprocess
 
 import pytest
-from swin.tools.cli import main
 
+from swin.tools.cli import main
 from tests.test_params import PUBLISHED
 
 

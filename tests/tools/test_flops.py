@@ -11,6 +11,7 @@ import json
 import sys
 
 import pytest
+
 from swin.layers import Mlp
 from swin.tools.cli import main
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from swin.weights import convert, detect_layout, export
 
 import swin
+from swin.weights import convert, detect_layout, export
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +51,30 @@ def test_unknown_layout():
 def test_no_tensors():
     with pytest.raises(ValueError, match="no tensors"):
         convert({"epoch": 1})
+
+
+def test_saved_buffers_do_not_make_a_timm_checkpoint_official():
+    import timm
+
+    with torch.device("meta"):
+        reference = timm.create_model("swin_tiny_patch4_window7_224")
+    sd = dict(reference.state_dict())
+    sd["layers.0.blocks.0.attn.relative_position_index"] = torch.zeros(49, 49, dtype=torch.long, device="meta")
+    assert detect_layout(sd) == "timm"
+    del sd["head.fc.weight"], sd["head.fc.bias"]  # headless: the merging position still tells
+    assert detect_layout(sd) == "timm"
+
+
+@pytest.mark.parametrize(
+    ("key", "layout"),
+    [
+        ("swin.embeddings.patch_embeddings.projection.weight", "transformers"),
+        ("encoder.layers.0.blocks.0.layernorm_before.weight", "transformers"),
+        ("stages.0.blocks.0.attn.w_msa.qkv.weight", "mmdet"),
+        ("features.0.0.weight", "torchvision"),
+        ("layers.0.downsample.reduction.weight", "official"),
+        ("layers.1.downsample.reduction.weight", "timm"),
+    ],
+)
+def test_detect_layout(key, layout):
+    assert detect_layout([key]) == layout

@@ -1,0 +1,67 @@
+"""A small thread-safe LRU of derived tensors, bounded in entries and bytes."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import torch
+
+__all__ = ["TensorLRU"]
+
+
+class TensorLRU:
+    """Least-recently-used tensors under hashable keys.
+
+    Inference servers call one model from several threads, and a stream of distinct image sizes must not
+    grow memory without bound: at most ``max_items`` entries and ``max_bytes`` in all (the newest entry is
+    always kept, even alone over the byte budget, since the next call of the same size needs it).
+    """
+
+    def __init__(self, max_items: int = 8, max_bytes: int = 64 << 20):
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> torch.Tensor | None:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: torch.Tensor) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._entries[key] = value
+            self._bytes += value.nbytes
+            while len(self._entries) > 1 and (len(self._entries) > self.max_items or self._bytes > self.max_bytes):
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    # Modules holding a cache are deep-copied and pickled (DDP, EMA copies); the copy starts empty.
+    def __deepcopy__(self, memo) -> TensorLRU:
+        return TensorLRU(self.max_items, self.max_bytes)
+
+    def __getstate__(self) -> dict:
+        return {"max_items": self.max_items, "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["max_items"], state["max_bytes"])

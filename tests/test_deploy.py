@@ -1,0 +1,93 @@
+"""Deployment paths: torch.export and ONNX with dynamic sizes, torch.compile without graph breaks,
+and a clear TorchScript refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import swin
+from swin.export import dynamic_size_range, export_onnx, export_program
+
+
+def small(**kwargs):
+    torch.manual_seed(0)
+    return swin.create_model("swin_t", depths=(2, 2, 2, 2), embed_dim=32, num_heads=(1, 2, 4, 8), **kwargs).eval()
+
+
+def test_size_ranges():
+    assert dynamic_size_range(swin.create_model("swin_t")) == (128, 224)
+    assert dynamic_size_range(swin.create_model("swin_t", img_size=256)) == (256, 2048)
+    assert dynamic_size_range(swin.create_model("swin_t", features_only=True)) == (256, 2048)
+
+
+@pytest.mark.parametrize("features_only", [False, True])
+def test_torch_export_dynamic_batch_and_size(features_only):
+    model = small(features_only=features_only)
+    program = export_program(model, max_batch=8).module()
+    shapes = [(1, 3, 256, 800), (3, 3, 544, 320)] if features_only else [(1, 3, 224, 160), (3, 3, 128, 192)]
+    for shape in shapes:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            expected, got = model(x), program(x)
+        for e, g in zip(expected if features_only else [expected], got if features_only else [got], strict=True):
+            assert e.shape == g.shape
+            assert (e - g).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("features_only", [False, True])
+def test_onnx_two_sizes_from_one_file(tmp_path, features_only):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model = small(features_only=features_only)
+    path = export_onnx(model, tmp_path / "model.onnx", max_batch=4)
+    graph = onnx.load(path).graph
+    assert {node.domain for node in graph.node} <= {"", "ai.onnx"}, "custom ops in the graph"
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for shape in [(2, 3, 288, 320), (1, 3, 256, 416)] if features_only else [(2, 3, 224, 192), (1, 3, 128, 160)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            expected = model(x)
+        got = session.run(None, {"x": x.numpy()})
+        for e, g in zip(expected if features_only else [expected], got, strict=True):
+            assert tuple(e.shape) == g.shape
+            assert abs(e.numpy() - g).max() <= 1e-4
+
+
+def test_compile_has_no_graph_breaks_and_recompiles_only_for_new_sizes():
+    from torch._dynamo.testing import CompileCounter
+
+    model = small()
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(torch.randn(2, 3, 224, 224))
+    assert explanation.graph_break_count == 0, [b.reason for b in explanation.break_reasons]
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter)
+    first = torch.randn(2, 3, 224, 224)
+    torch._dynamo.mark_dynamic(first, 0)
+    with torch.no_grad():
+        compiled(first)
+        assert counter.frame_count == 1
+        compiled(torch.randn(3, 3, 224, 224))
+        compiled(torch.randn(5, 3, 224, 224))
+        assert counter.frame_count == 1, "recompiled for a new batch size"
+        compiled(torch.randn(2, 3, 160, 192))
+        compiled(torch.randn(2, 3, 160, 192))
+        assert counter.frame_count <= 2, "a new image size recompiled more than once"
+
+
+def test_compile_inductor_matches_eager():
+    model = small()
+    torch._dynamo.reset()
+    compiled = torch.compile(model)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert (compiled(x) - model(x)).abs().max().item() <= 1e-4
+
+
+def test_torchscript_says_export_is_the_way():
+    with pytest.raises(RuntimeError, match=r"TorchScript.*not supported.*torch.export.*ONNX"):
+        torch.jit.script(small())

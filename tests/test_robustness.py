@@ -1,0 +1,124 @@
+"""Robustness: fuzzed inputs, caches under threads and bounded, determinism, checkpoints of the wrong model."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import swin
+from swin.layers import window_plan
+
+
+def tiny_backbone(window: int, in_chans: int, dtype: torch.dtype):
+    torch.manual_seed(0)
+    model = swin.create_model(
+        "swin_t",
+        features_only=True,
+        depths=(2, 2, 2, 2),
+        embed_dim=16,
+        num_heads=(1, 2, 4, 8),
+        window_size=window,
+        in_chans=in_chans,
+        drop_path_rate=0.0,
+    )
+    return model.to(dtype).eval()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batch=st.integers(1, 3),
+    height=st.integers(32, 300),
+    width=st.integers(32, 300),
+    window=st.integers(4, 12),
+    in_chans=st.integers(1, 4),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+def test_backbone_fuzz(batch, height, width, window, in_chans, dtype):
+    """Any size, window and channel count: correctly shaped, finite outputs (ceil(H/4), then halved)."""
+    model = tiny_backbone(window, in_chans, dtype)
+    with torch.no_grad():
+        levels = model(torch.randn(batch, in_chans, height, width, dtype=dtype))
+    h, w = -(-height // 4), -(-width // 4)
+    for i, level in enumerate(levels):
+        assert level.shape == (batch, 16 * 2**i, h, w) and level.dtype == dtype
+        assert torch.isfinite(level).all()
+        h, w = -(-h // 2), -(-w // 2)
+
+
+@settings(max_examples=10, deadline=None)
+@given(height=st.integers(1, 3), width=st.integers(1, 40), channels=st.sampled_from([2, 3]))
+def test_backbone_fuzz_invalid_inputs_raise_value_error(height, width, channels):
+    model = tiny_backbone(7, 3, torch.float32)
+    with pytest.raises(ValueError, match="smaller than one 4x4 patch|expected 3 input channels"):
+        model(torch.randn(1, channels, height, width))
+
+
+def test_threads_give_serial_results():
+    model = tiny_backbone(7, 3, torch.float32)
+    sizes = [(64 + 8 * i, 96 + 12 * i) for i in range(6)]
+    inputs = [torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(i)) for i, size in enumerate(sizes)]
+    with torch.no_grad():
+        serial = [model(x) for x in inputs]
+    for attention in (m for m in model.modules() if hasattr(m, "_bias_cache")):
+        attention._bias_cache.clear()
+    results, errors = {}, []
+
+    def work(thread: int) -> None:
+        try:
+            for step in range(len(inputs)):
+                i = (thread + step) % len(inputs)
+                with torch.no_grad():
+                    results[(thread, i)] = model(inputs[i])
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for (_, i), levels in results.items():
+        for got, expected in zip(levels, serial[i], strict=True):
+            assert torch.equal(got, expected)
+
+
+def test_caches_are_bounded_for_a_stream_of_sizes():
+    model = tiny_backbone(7, 3, torch.float32)
+    with torch.no_grad():
+        for i in range(40):
+            model(torch.randn(1, 3, 64 + 4 * i, 64 + 4 * i))
+    caches = [m._bias_cache for m in model.modules() if hasattr(m, "_bias_cache")]
+    assert max(len(c) for c in caches) <= 8
+    assert max(c.nbytes for c in caches) <= 64 << 20
+    assert window_plan.cache_info().currsize <= window_plan.cache_info().maxsize
+
+
+def test_deterministic_across_calls_and_modes():
+    model = swin.create_model("swin_t", depths=(2, 2, 2, 2)).eval()
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        first, second = model(x), model(x)
+    with torch.inference_mode():
+        third = model(x)
+    assert torch.equal(first, second) and torch.equal(first, third)
+
+
+def test_checkpoint_of_another_architecture_lists_mismatched_shapes(tmp_path):
+    path = tmp_path / "swin_b.pth"
+    torch.save(swin.create_model("swin_b").state_dict(), path)
+    with pytest.raises(ValueError, match=r"(?s)layers\.0\.blocks\.0\.attn\.qkv\.weight.*384.*128.*288.*96"):
+        swin.create_model("swin_t", pretrained=path)
+
+
+def test_load_state_dict_non_strict_reports_missing_and_unexpected():
+    model = swin.create_model("swin_t")
+    state = model.state_dict()
+    state.pop("head.weight")
+    state["extra.weight"] = torch.zeros(1)
+    result = model.load_state_dict(state, strict=False)
+    assert result.missing_keys == ["head.weight"] and result.unexpected_keys == ["extra.weight"]

@@ -1,0 +1,176 @@
+"""``swin validate`` on ImageFolders built by the test: images filed under the classes a fixed random model
+predicts for them (preprocessed here with timm's own evaluation transform), a known subset deliberately misfiled,
+so the expected top-1 / top-5 are known exactly before the command runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import timm.data
+import torch
+from PIL import Image
+
+import swin
+from swin.registry import lookup
+from swin.tools.cli import main
+
+ARCH = "validate_tiny"
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# bfloat16 moves this model's logits by < 0.1 (measured); the kept images' deciding gaps are wider than this.
+MIN_GAP = 0.3
+
+
+@pytest.fixture
+def tiny_arch(monkeypatch):
+    """A tiny architecture registered for the test only (the registry is restored afterwards)."""
+    swin.list_models()  # load the bundled entries before taking the copy
+    monkeypatch.setattr(lookup, "_configs", dict(lookup._configs))
+    swin.register_model(
+        name=ARCH, embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8), img_size=64, drop_path_rate=0.0
+    )
+    return ARCH
+
+
+def reference_model(tmp_path, num_classes: int):
+    """A random model with a widened head (so classes are well separated), saved as a plain state dict."""
+    torch.manual_seed(0)
+    model = swin.create_model(ARCH, num_classes=num_classes).eval()
+    with torch.no_grad():
+        model.head.weight.mul_(30)
+    path = tmp_path / "tiny.pth"
+    torch.save(model.state_dict(), path)
+    return model, path
+
+
+def reference_logits(model, images: list[Image.Image]) -> torch.Tensor:
+    # timm's evaluation transform for the fallback preprocessing (no manifest entry): resize the shorter side
+    # to floor(64 / 0.9) = 71 (bicubic), center crop 64, ImageNet mean/std.
+    transform = timm.data.create_transform(
+        input_size=(3, 64, 64), interpolation="bicubic", crop_pct=0.9, mean=MEAN, std=STD
+    )
+    with torch.no_grad():
+        return model(torch.stack([transform(image) for image in images]))
+
+
+def random_images(count: int, seed: int = 0) -> list[Image.Image]:
+    rng = np.random.default_rng(seed)
+    images = []
+    for _ in range(count):
+        height, width = rng.integers(64, 100, size=2)  # not square, larger than the crop: resize and crop act
+        images.append(Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)))
+    return images
+
+
+def well_separated(logits: torch.Tensor) -> torch.Tensor:
+    """Images whose top-1 and top-5 are decided by gaps of at least MIN_GAP."""
+    ranked = logits.sort(dim=1, descending=True).values
+    return (ranked[:, 0] - ranked[:, 1] >= MIN_GAP) & (ranked[:, 4] - ranked[:, 5] >= MIN_GAP)
+
+
+def write_folder(root, images, labels, names) -> None:
+    for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+        folder = root / names(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        image.save(folder / f"img{i:03d}.png")  # lossless: the command reads the very pixels used here
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["validate", *map(str, argv), "--workers", "0"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def ten_class_set(tiny_arch, tmp_path):
+    """24 images in folders named by class index: 16 filed under the model's top-1 class, 4 under its third
+    choice (a top-5 hit, a top-1 miss) and 4 under its last (a miss of both)."""
+    model, checkpoint = reference_model(tmp_path, num_classes=10)
+    candidates = random_images(80)
+    logits = reference_logits(model, candidates)
+    keep = well_separated(logits).nonzero().flatten()[:24].tolist()
+    assert len(keep) == 24, "not enough well separated images"
+    order = logits[keep].argsort(dim=1, descending=True)
+    labels = [int(order[i, 0]) for i in range(16)] + [int(order[i, 2]) for i in range(16, 20)]
+    labels += [int(order[i, -1]) for i in range(20, 24)]
+    root = tmp_path / "val"
+    write_folder(root, [candidates[i] for i in keep], labels, str)
+    assert len({int(order[i, 0]) for i in range(16)}) > 2  # several classes, not one folder
+    return root, checkpoint
+
+
+def test_reports_the_constructed_top1_and_top5(ten_class_set, capsys):
+    root, checkpoint = ten_class_set
+    code, out, err = run(capsys, ARCH, "--data", root, "--checkpoint", checkpoint, "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["num_images"] == 24 and result["num_classes"] == 10
+    assert result["correct_top1"] == 16 and result["correct_top5"] == 20
+    assert result["top1"] == pytest.approx(100 * 16 / 24) and result["top5"] == pytest.approx(100 * 20 / 24)
+    assert result["dtype"] == "float32"
+    prep = result["preprocessing"]
+    assert (prep["resize_size"], prep["input_size"], prep["interpolation"]) == (71, [3, 64, 64], "bicubic")
+
+
+def test_batching_bf16_progress_and_table(ten_class_set, capsys):
+    root, checkpoint = ten_class_set
+    argv = [ARCH, "--data", root, "--checkpoint", checkpoint, "--batch-size", "5", "--bf16", "--progress"]
+    code, out, err = run(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["dtype"] == "bfloat16" and result["batch_size"] == 5
+    assert (result["correct_top1"], result["correct_top5"]) == (16, 20)
+    assert "24/24 images" in err
+    code, out, err = run(capsys, *argv[:-2], "--no-progress")
+    assert code == 0 and err == ""
+    assert "top-1         66.667%  (16/24)" in out and "top-5         83.333%  (20/24)" in out
+
+
+def test_wordnet_folders_map_through_imagenet_1k(tiny_arch, tmp_path, capsys):
+    model, checkpoint = reference_model(tmp_path, num_classes=1000)
+    images = random_images(10, seed=1)
+    predicted = reference_logits(model, images).argmax(dim=1).tolist()
+    # ImageNet-1k's class index is the position of its WordNet id in sorted order.
+    wordnet_ids = sorted(timm.data.ImageNetInfo("imagenet-1k").label_names())
+    write_folder(tmp_path / "val", images, predicted, lambda label: wordnet_ids[label])
+    code, out, err = run(capsys, ARCH, "--data", tmp_path / "val", "--checkpoint", checkpoint, "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["num_classes"] == 1000 and result["num_images"] == 10
+    assert result["correct_top1"] == 10 and result["top1"] == 100.0
+
+
+def test_fails_clearly_without_images(tiny_arch, tmp_path, capsys):
+    _, checkpoint = reference_model(tmp_path, num_classes=10)
+    (tmp_path / "val" / "0").mkdir(parents=True)
+    (tmp_path / "val" / "0" / "notes.txt").write_text("not an image")
+    code, out, err = run(capsys, ARCH, "--data", tmp_path / "val", "--checkpoint", checkpoint)
+    assert code == 2 and out == ""
+    assert "no images in class folders" in err and str(tmp_path / "val") in err
+    Image.new("RGB", (8, 8)).save(tmp_path / "val" / "loose.png")
+    code, _, err = run(capsys, ARCH, "--data", tmp_path / "val", "--checkpoint", checkpoint)
+    assert code == 2 and "directly in it need to be in one folder per class" in err
+    code, _, err = run(capsys, ARCH, "--data", tmp_path / "missing", "--checkpoint", checkpoint)
+    assert code == 2 and "no such directory" in err
+
+
+def test_fails_clearly_on_classes_the_head_cannot_map(tiny_arch, tmp_path, capsys):
+    _, checkpoint = reference_model(tmp_path, num_classes=10)
+    write_folder(tmp_path / "val", random_images(5), ["3", "cat", "dog", "12", "n01440764"], str)
+    code, out, err = run(capsys, ARCH, "--data", tmp_path / "val", "--checkpoint", checkpoint)
+    assert code == 2 and out == ""
+    assert "4 class folder(s) map to no class of the 10-class head: 12, cat, dog, n01440764" in err
+    assert "integer class indices 0..9" in err and "WordNet ids need a head of 1000" in err
+
+
+def test_fails_clearly_on_unknown_tag_and_missing_weights(tmp_path, capsys, monkeypatch):
+    write_folder(tmp_path / "val", random_images(1), [0], str)
+    code, _, err = run(capsys, "swin_t.no_such_tag", "--data", tmp_path / "val")
+    assert code == 2 and "no pretrained tag 'no_such_tag' for swin_t" in err
+    code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--checkpoint", tmp_path / "nope.pth")
+    assert code == 2 and "nope.pth: no such file" in err
+    monkeypatch.setenv("SWIN_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val")
+    assert code == 2 and "offline" in err

@@ -1,0 +1,229 @@
+"""``swin bench``: ours against timm and torchvision, same architecture and weights, one process, interleaved.
+
+Every case runs each implementation once per round, in turn (A B C A B C ...), after a warm-up; the
+reported time is the median over rounds and the ratio is peer time over ours, so drifts of a noisy
+machine hit every implementation alike. Each peer runs in its fastest documented setting: timm both with
+its fused attention off (its default for Swin) and on, keeping the faster, and bfloat16 for peers under
+``torch.autocast``, their documented mixed-precision path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["Case", "matmul_rate", "run_case", "register"]
+
+
+@dataclass
+class Case:
+    name: str
+    arch: str
+    batch: int
+    size: tuple[int, int]
+    dtype: torch.dtype = torch.float32
+    kind: str = "eval"  # eval | features | train
+
+
+@dataclass
+class Result:
+    case: str
+    times: dict[str, float] = field(default_factory=dict)  # median seconds per implementation
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 2048, rounds: int = 7, device: str = "cpu") -> float:
+    """FLOP/s of a square matmul on this machine (median of rounds): the rate the floor is computed at."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    times = []
+    for _ in range(rounds + 2):
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times[2:])
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _timm_name(arch: str) -> str:
+    import swin
+
+    return swin.get_config(arch).aliases[0]
+
+
+def _implementations(case: Case, device: str) -> dict[str, Callable[[torch.Tensor], object]]:
+    """Same weights everywhere: torchvision's random init (when it has the architecture) converted to ours,
+    and ours exported to timm's layout."""
+    import timm
+
+    import swin
+    from swin.weights import convert, export
+
+    torch.manual_seed(0)
+    features = case.kind == "features"
+    ours = swin.create_model(case.arch, features_only=features, drop_path_rate=0.0)
+    impls: dict[str, torch.nn.Module] = {}
+    try:
+        import torchvision
+
+        tv = getattr(torchvision.models, case.arch)()
+        weights = convert(tv.state_dict(), source="torchvision")
+        if features:
+            weights = {k: v for k, v in weights.items() if not k.startswith(("norm.", "head."))}
+        ours.load_state_dict(weights, strict=not features)
+        impls["torchvision"] = tv.features if features else tv
+    except (ImportError, AttributeError):
+        pass
+    impls["ours"] = ours
+    if not features:  # timm builds for one size; the backbone case (800x1333) is not one it can take
+        for fused in (False, True):
+            model = timm.create_model(_timm_name(case.arch), drop_path_rate=0.0)
+            model.load_state_dict(export(ours.state_dict(), target="timm"))
+            for module in model.modules():
+                if hasattr(module, "fused_attn"):
+                    module.fused_attn = fused
+            impls["timm-fused" if fused else "timm"] = model
+    for model in impls.values():
+        model.to(device).train(case.kind == "train")
+    return impls
+
+
+def _runner(model: torch.nn.Module, case: Case, name: str, device: str) -> Callable[[torch.Tensor], None]:
+    autocast = (
+        torch.autocast(device.split(":")[0], dtype=case.dtype)
+        if case.dtype != torch.float32
+        else contextlib.nullcontext()
+    )
+
+    def step(x: torch.Tensor) -> None:
+        if case.kind == "train":
+            with autocast:
+                out = model(x)
+            out = out if isinstance(out, torch.Tensor) else sum(o.float().mean() for o in out)
+            out.float().mean().backward()
+            model.zero_grad(set_to_none=True)
+        else:
+            with torch.inference_mode(), autocast:
+                model(x)
+        _sync(device)
+
+    return step
+
+
+def run_case(case: Case, rounds: int = 5, warmup: int = 2, device: str = "cpu") -> Result:
+    impls = _implementations(case, device)
+    x = torch.randn(case.batch, 3, *case.size, device=device)
+    runners = {name: _runner(model, case, name, device) for name, model in impls.items()}
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for run in runners.values():
+        for _ in range(warmup):
+            run(x)
+    for _ in range(rounds):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run(x)
+            samples[name].append(time.perf_counter() - start)
+    result = Result(case.name, {name: statistics.median(values) for name, values in samples.items()})
+    if case.dtype != torch.float32 and case.kind == "eval":
+        with torch.inference_mode():
+            reference = impls["ours"](x)
+            with torch.autocast(device.split(":")[0], dtype=case.dtype):
+                low = impls["ours"](x)
+        result.extra["relative_error"] = ((low.float() - reference).norm() / reference.norm()).item()
+    return result
+
+
+DEFAULT_CASES = [
+    Case("swin_t eval b1 224 fp32", "swin_t", 1, (224, 224)),
+    Case("swin_t eval b8 224 fp32", "swin_t", 8, (224, 224)),
+    Case("swin_t eval b8 224 bf16", "swin_t", 8, (224, 224), torch.bfloat16),
+    Case("swin_b eval b1 224 fp32", "swin_b", 1, (224, 224)),
+    Case("swin_b eval b8 224 fp32", "swin_b", 8, (224, 224)),
+    Case("swin_t backbone b1 800x1333 fp32", "swin_t", 1, (800, 1333), kind="features"),
+    Case("swin_t train b8 224 fp32", "swin_t", 8, (224, 224), kind="train"),
+]
+
+
+def cmd_bench(args) -> int:
+    import swin
+
+    cases = [c for c in DEFAULT_CASES if not args.only or any(s in c.name for s in args.only)]
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            print("swin bench: --device cuda but no CUDA device is available", file=sys.stderr)
+            return 2
+        cases = [
+            Case(c.name.replace("b8", f"b{args.batch}"), c.arch, args.batch, c.size, c.dtype, c.kind) for c in cases
+        ]
+    rate = {str(dt).split(".")[-1]: matmul_rate(dt, device=args.device) for dt in (torch.float32, torch.bfloat16)}
+    print(
+        f"matrix multiply (2048^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
+        f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {args.rounds} rounds, medians",
+        file=sys.stderr,
+    )
+    rows = []
+    for case in cases:
+        result = run_case(case, rounds=args.rounds, device=args.device)
+        ours = result.times["ours"]
+        timm_best = min((v for k, v in result.times.items() if k.startswith("timm")), default=None)
+        row = {"case": case.name, "ms": {k: round(v * 1e3, 2) for k, v in result.times.items()}}
+        if timm_best is not None:
+            row["speedup_vs_timm"] = round(timm_best / ours, 3)
+        if "torchvision" in result.times:
+            row["speedup_vs_torchvision"] = round(result.times["torchvision"] / ours, 3)
+        if case.kind == "eval":
+            macs = swin.flops(case.arch, img_size=case.size, measure=False)["macs"]["analytic"] * case.batch
+            floor = 2 * macs / rate[str(case.dtype).split(".")[-1]]
+            row["floor_ms"] = round(floor * 1e3, 2)
+            row["over_floor"] = round(ours / floor, 2)
+        row.update({k: round(v, 5) for k, v in result.extra.items()})
+        rows.append(row)
+        print(_format_row(row), file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps({"matmul_gflops": {k: round(v / 1e9, 1) for k, v in rate.items()}, "cases": rows}, indent=2))
+    else:
+        print(_table(rows))
+    return 0
+
+
+def _format_row(row: dict) -> str:
+    times = ", ".join(f"{k} {v} ms" for k, v in row["ms"].items())
+    return f"  {row['case']}: {times}"
+
+
+def _table(rows: list[dict]) -> str:
+    lines = [
+        "| case | ours ms | timm ms (best) | torchvision ms | vs timm | vs torchvision | floor ms | ours/floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ms = r["ms"]
+        timm_ms = min((v for k, v in ms.items() if k.startswith("timm")), default=None)
+        lines.append(
+            f"| {r['case']} | {ms['ours']} | {timm_ms if timm_ms is not None else '-'} | {ms.get('torchvision', '-')} "
+            f"| {r.get('speedup_vs_timm', '-')}x | {r.get('speedup_vs_torchvision', '-')}x "
+            f"| {r.get('floor_ms', '-')} | {r.get('over_floor', '-')} |"
+        )
+    return "\n".join(lines)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="time ours against timm and torchvision (same weights, interleaved)")
+    p.add_argument("--only", nargs="*", help="run only cases whose name contains one of these strings")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", type=int, default=64, help="batch for the b8 cases on CUDA")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_bench)

@@ -1,0 +1,285 @@
+"""``swin validate``: top-1 / top-5 of a pretrained tag (or a local checkpoint) on an ImageFolder, with the tag's
+own evaluation preprocessing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from ..factory import create_model
+from ..registry import resolve_name
+from ..weights import UnsafeCheckpointError, create_transform, data_config, get_entry, load_checkpoint
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "DatasetError",
+    "ImageFolder",
+    "class_indices",
+    "cmd_validate",
+    "evaluate",
+    "find_images",
+    "register",
+]
+
+# What torchvision's ImageFolder reads.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+_WORDNET_ID = re.compile(r"n\d{8}")
+# timm's ImageNetInfo subset whose sorted WordNet ids index a head of this many classes.
+_LABEL_SETS = {1000: "imagenet-1k", 21841: "imagenet-22k"}
+
+
+class DatasetError(ValueError):
+    """The folder is not an ImageFolder this model can be scored on; the message says what was found."""
+
+
+def find_images(root: str | os.PathLike) -> dict[str, list[Path]]:
+    """Class folder name -> its image files (sorted), for every class folder of ``root`` holding images.
+
+    Raises:
+        DatasetError: ``root`` is missing or holds no images in class folders.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DatasetError(f"--data {root}: no such directory")
+    found = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+        if files:
+            found[folder.name] = files
+    if not found:
+        loose = [p.name for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS]
+        hint = (
+            f"; the {len(loose)} images directly in it need to be in one folder per class"
+            if loose
+            else f" ({', '.join(IMAGE_EXTENSIONS)})"
+        )
+        raise DatasetError(
+            f"--data {root}: no images in class folders{hint}. Expected the ImageNet val layout, "
+            "DIR/<class>/<image>, with <class> a WordNet id (n01440764) or a class index (0, 1, ...)"
+        )
+    return found
+
+
+def class_indices(folders: list[str], num_classes: int, labels: str | None = None) -> dict[str, int]:
+    """The head's class index of each folder: a WordNet id of the head's label set (timm's ImageNetInfo: a
+    1000-class head reads ImageNet-1k's sorted ids, a 21,841-class head ImageNet-22k's), or an integer index.
+
+    Raises:
+        DatasetError: naming every folder that maps to no class of the head.
+    """
+    subset = labels or _LABEL_SETS.get(num_classes)
+    wordnet: dict[str, int] = {}
+    if subset is not None:
+        from timm.data import ImageNetInfo
+
+        info = ImageNetInfo(subset)
+        if info.num_classes() == num_classes:
+            wordnet = {name: i for i, name in enumerate(info.label_names())}
+    mapping, unmapped = {}, []
+    for folder in folders:
+        if folder in wordnet:
+            mapping[folder] = wordnet[folder]
+        elif folder.isdigit() and int(folder) < num_classes:
+            mapping[folder] = int(folder)
+        else:
+            unmapped.append(folder)
+    if unmapped:
+        shown = ", ".join(unmapped[:10]) + (f", ... ({len(unmapped)} in all)" if len(unmapped) > 10 else "")
+        accepted = f"integer class indices 0..{num_classes - 1}"
+        if wordnet:
+            accepted = f"WordNet ids of {subset} (n01440764, ...) or {accepted}"
+        elif any(_WORDNET_ID.fullmatch(f) for f in unmapped):
+            accepted += f" (WordNet ids need a head of {' or '.join(map(str, _LABEL_SETS))} classes)"
+        raise DatasetError(
+            f"{len(unmapped)} class folder(s) map to no class of the {num_classes}-class head: {shown}. "
+            f"Class folders must be {accepted}"
+        )
+    return mapping
+
+
+class ImageFolder(Dataset):
+    """(image tensor, class index) for each file, in folder then file order."""
+
+    def __init__(self, images: dict[str, list[Path]], mapping: dict[str, int], transform):
+        self.samples = [(path, mapping[folder]) for folder, paths in images.items() for path in paths]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        from PIL import Image
+
+        path, target = self.samples[index]
+        with Image.open(path) as image:
+            return self.transform(image.convert("RGB")), target
+
+
+@dataclass
+class _Progress:
+    total: int
+    enabled: bool
+    start: float = 0.0
+
+    def update(self, done: int, correct: int) -> None:
+        if not self.enabled:
+            return
+        rate = done / max(time.perf_counter() - self.start, 1e-9)
+        line = f"\rswin validate: {done}/{self.total} images, top-1 {100 * correct / done:6.2f}%, {rate:7.1f} img/s"
+        sys.stderr.write(line)
+        if done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def evaluate(
+    model: nn.Module,
+    loader: DataLoader,
+    device: torch.device,
+    bf16: bool = False,
+    progress: bool = False,
+) -> dict[str, int]:
+    """Count top-1 and top-5 hits of ``model`` over ``loader`` (top-k with k = min(5, classes))."""
+    model.eval()
+    counter = _Progress(len(loader.dataset), progress, time.perf_counter())
+    done = top1 = top5 = 0
+    k = 5
+    with torch.inference_mode():
+        for images, targets in loader:
+            images, targets = images.to(device), targets.to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(images)
+            k = min(5, logits.shape[-1])
+            best = logits.float().topk(k, dim=-1).indices
+            hits = best == targets[:, None]
+            top1 += int(hits[:, 0].sum())
+            top5 += int(hits.any(dim=-1).sum())
+            done += len(targets)
+            counter.update(done, top1)
+    return {"num_images": done, "correct_top1": top1, "correct_top5": top5, "topk": k}
+
+
+def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any], Any]:
+    """The model in eval mode, its evaluation preprocessing, and its manifest entry (if it has one)."""
+    arch, _, tag = name.partition(".")
+    arch = resolve_name(arch)
+    if checkpoint is None:
+        entry = get_entry(arch, tag or None)
+        model = create_model(arch, pretrained=entry.tag, num_classes=entry.num_classes)
+        return model.eval(), data_config(model), entry
+    if not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f"--checkpoint {checkpoint}: no such file")
+    head = load_checkpoint(checkpoint).get("head.weight")
+    if head is None:
+        raise ValueError(f"--checkpoint {checkpoint} has no classifier head (head.weight): nothing to score")
+    model = create_model(arch, pretrained=checkpoint, num_classes=head.shape[0])
+    entry = get_entry(arch, tag) if tag else None  # the tag's preprocessing for a local copy of its weights
+    return model.eval(), (entry.data_config() if entry else data_config(model)), entry
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        images = find_images(args.data)
+        model, config, entry = _load(args.name, args.checkpoint)
+        mapping = class_indices(list(images), model.num_classes, config.get("labels"))
+    except (DatasetError, FileNotFoundError, ValueError, KeyError, UnsafeCheckpointError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"swin validate: {message}", file=sys.stderr)
+        return 2
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(device)
+    dataset = ImageFolder(images, mapping, create_transform(config))
+    loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers, pin_memory=device.type == "cuda")
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    start = time.perf_counter()
+    counts = evaluate(model, loader, device, bf16=args.bf16, progress=progress)
+    seconds = time.perf_counter() - start
+
+    n = counts["num_images"]
+    result: dict[str, Any] = {
+        "model": resolve_name(args.name.partition(".")[0]),
+        "tag": entry.tag if entry else None,
+        "checkpoint": args.checkpoint,
+        "weights": getattr(model, "pretrained_cfg", {}).get("file"),
+        "data": os.fspath(args.data),
+        "num_images": n,
+        "num_class_folders": len(images),
+        "num_classes": model.num_classes,
+        "top1": 100.0 * counts["correct_top1"] / n,
+        "top5": 100.0 * counts["correct_top5"] / n,  # top-k with k = topk (fewer than 5 classes: all of them)
+        "topk": counts["topk"],
+        "correct_top1": counts["correct_top1"],
+        "correct_top5": counts["correct_top5"],
+        "dtype": "bfloat16" if args.bf16 else "float32",
+        "device": str(device),
+        "batch_size": args.batch_size,
+        "preprocessing": {
+            key: (list(value) if isinstance(value, tuple) else value)
+            for key, value in config.items()
+            if key in ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
+        },
+        "published": (
+            {k: entry.metrics.get(k) for k in ("top1", "top5")}
+            if entry is not None and entry.metrics.get("top1") is not None
+            else None
+        ),
+        "seconds": round(seconds, 3),
+        "images_per_second": round(n / max(seconds, 1e-9), 1),
+    }
+    if args.format == "json":
+        print(json.dumps(result, indent=2))
+        return 0
+    k = counts["topk"]
+    print(f"{result['model']}" + (f".{result['tag']}" if result["tag"] else "") + f"  ({result['weights']})")
+    print(f"  data          {result['data']}: {n} images, {len(images)} class folders")
+    print(f"  top-1         {result['top1']:.3f}%  ({counts['correct_top1']}/{n})")
+    print(f"  top-{k}         {result['top5']:.3f}%  ({counts['correct_top5']}/{n})")
+    if result["published"]:
+        print(f"  published     top-1 {result['published']['top1']}%, top-5 {result['published']['top5']}%")
+    prep = result["preprocessing"]
+    print(
+        f"  preprocessing resize {prep['resize_size']} ({prep['interpolation']}), center crop "
+        f"{prep['input_size'][1]}x{prep['input_size'][2]}, mean {prep['mean']}, std {prep['std']}"
+    )
+    print(f"  {result['dtype']} on {result['device']}, {result['images_per_second']} images/s")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="top-1/top-5 accuracy on an ImageFolder (ImageNet val layout)",
+        description="Score a pretrained tag (or a local checkpoint) on DIR/<class>/<image>, class folders named by "
+        "WordNet id (n01440764) or class index, with the tag's own evaluation preprocessing.",
+    )
+    p.add_argument("name", help="NAME or NAME.TAG, e.g. swin_t or swin_t.ms_in22k_ft_in1k (default tag without one)")
+    p.add_argument("--data", required=True, type=Path, help="ImageFolder root, e.g. imagenet/val")
+    p.add_argument(
+        "--checkpoint",
+        help="a local checkpoint (official, timm or torchvision layout) instead of the tag's download; "
+        "preprocessing from TAG if given, else the architecture's default tag",
+    )
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="data loading processes")
+    p.add_argument("--bf16", action="store_true", help="run the model under bfloat16 autocast")
+    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress line on stderr (default: when stderr is a terminal)",
+    )
+    p.set_defaults(func=cmd_validate)

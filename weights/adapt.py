@@ -1,0 +1,156 @@
+"""Fit a converted state dict to a model: window size, input channels, classifier, extra and missing keys.
+
+- A relative position bias table trained for another window is resized bicubically over its
+  (2M-1) x (2M-1) grid of offsets, as the official fine-tuning code does (``utils.load_pretrained`` in
+  microsoft/Swin-Transformer: ``F.interpolate(..., mode="bicubic")`` with the default ``align_corners``).
+- A patch embedding trained on 3 channels is adapted to ``in_chans`` as timm's ``adapt_input_conv`` does:
+  summed over RGB for 1 channel, otherwise repeated and scaled by 3 / in_chans.
+- A classifier of another size, and keys the model lacks (a detector's neck, the final norm of a
+  classifier loaded into a backbone), are dropped; keys the model has but the checkpoint lacks keep their
+  initial values. Both are reported in one warning.
+- Stages a backbone does not build (``out_indices`` ending early) are dropped in the same way.
+- Anything else that does not fit (another depth, width or head count) is an error naming the keys.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["adapt_input_conv", "resize_relative_position_bias_table", "fit_state_dict"]
+
+# Keys whose absence or surplus means the checkpoint is for another architecture.
+_TRUNK = re.compile(r"^(patch_embed|layers)\.")
+_TABLE = ".relative_position_bias_table"
+
+
+def resize_relative_position_bias_table(table: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
+    """(L1, heads) table of a square window -> ((2*wh-1)*(2*ww-1), heads), bicubic over the offset grid."""
+    length, heads = table.shape
+    side = math.isqrt(length)
+    if side * side != length:
+        raise ValueError(f"cannot resize a relative position bias table of {length} rows: not a square window's")
+    target = (2 * window[0] - 1, 2 * window[1] - 1)
+    if (side, side) == target:
+        return table
+    grid = table.float().permute(1, 0).reshape(1, heads, side, side)
+    resized = F.interpolate(grid, size=target, mode="bicubic", align_corners=False)
+    return resized.reshape(heads, -1).permute(1, 0).contiguous().to(table.dtype)
+
+
+def adapt_input_conv(weight: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """(out, 3, k, k) conv weight -> (out, in_chans, k, k), as timm's ``adapt_input_conv``."""
+    out_channels, channels, kh, kw = weight.shape
+    if channels == in_chans:
+        return weight
+    if channels != 3:
+        raise ValueError(f"can only adapt a 3-channel patch embedding, the checkpoint's has {channels} channels")
+    dtype = weight.dtype
+    weight = weight.float()
+    if in_chans == 1:
+        adapted = weight.sum(dim=1, keepdim=True)
+    else:
+        repeat = math.ceil(in_chans / 3)
+        adapted = weight.repeat(1, repeat, 1, 1)[:, :in_chans] * (3 / in_chans)
+    return adapted.to(dtype)
+
+
+def _window_of(model: nn.Module, key: str, rows: int) -> tuple[int, int]:
+    try:
+        window = getattr(model.get_submodule(key[: -len(_TABLE)]), "window", None)
+    except AttributeError:
+        window = None
+    if window is not None:
+        return int(window[0]), int(window[1])
+    side = (math.isqrt(rows) + 1) // 2
+    return side, side
+
+
+def _unbuilt(key: str, own: dict[str, torch.Tensor]) -> bool:
+    """Whether ``key`` belongs to a part the model does not build: a stage after the last one a backbone
+    outputs, or the patch merging after its last stage (as opposed to a deeper or wider architecture)."""
+    m = re.match(r"^layers\.(\d+)\.(downsample\.)?", key)
+    if m is None:
+        return False
+    prefix = f"layers.{m.group(1)}."
+    if not any(k.startswith(prefix) for k in own):
+        return True
+    return m.group(2) is not None and not any(k.startswith(prefix + "downsample.") for k in own)
+
+
+def _summarize(keys: list[str], limit: int = 12) -> str:
+    keys = sorted(keys)
+    if len(keys) <= limit:
+        return ", ".join(keys)
+    groups: dict[str, int] = defaultdict(int)
+    for key in keys:
+        parts = key.split(".")
+        depth = 4 if parts[0] == "layers" and len(parts) > 4 else 1
+        groups[".".join(parts[:depth]) + ".*"] += 1
+    return ", ".join(f"{g} ({n} keys)" if n > 1 else g for g, n in groups.items())
+
+
+def fit_state_dict(
+    state_dict: dict[str, torch.Tensor], model: nn.Module, origin: str = "the checkpoint"
+) -> dict[str, torch.Tensor]:
+    """The part of ``state_dict`` (our layout) that ``model`` can load, adapted to its shapes.
+
+    Resizes bias tables to the model's windows and the patch embedding to its input channels; drops a
+    classifier of another size and keys the model lacks; warns (``UserWarning``) listing what was dropped
+    and what the model keeps at its initial values. ``origin`` names the checkpoint in messages.
+
+    Raises:
+        ValueError: keys of the trunk missing, surplus or of another shape (another architecture); the
+            message lists them with both shapes.
+    """
+    own = model.state_dict()
+    fitted: dict[str, torch.Tensor] = {}
+    dropped: list[str] = []
+    mismatched: list[str] = []
+    notes: list[str] = []
+    for key, value in state_dict.items():
+        if key not in own:
+            (mismatched if _TRUNK.match(key) and not _unbuilt(key, own) else dropped).append(key)
+            continue
+        target = own[key].shape
+        if value.shape != target and key.endswith(_TABLE) and value.ndim == 2 and value.shape[1] == target[1]:
+            value = resize_relative_position_bias_table(value, _window_of(model, key, target[0]))
+        elif value.shape != target and key == "patch_embed.proj.weight" and value.shape[0] == target[0]:
+            value = adapt_input_conv(value, target[1])
+        if value.shape == target:
+            fitted[key] = value
+        elif key.startswith("head."):
+            dropped.append(key)
+            if key == "head.weight":
+                notes.append(
+                    f"the checkpoint's classifier has {value.shape[0]} classes and the model {target[0]}: the head "
+                    f"keeps its initial values (pass num_classes={value.shape[0]} to load it, or train the new head)"
+                )
+        else:
+            mismatched.append(f"{key}: checkpoint {tuple(value.shape)} vs model {tuple(target)}")
+    missing = [key for key in own if key not in state_dict]
+    mismatched += [f"{key}: not in the checkpoint" for key in missing if _TRUNK.match(key)]
+    if mismatched:
+        name = getattr(getattr(model, "config", None), "name", type(model).__name__)
+        raise ValueError(
+            f"{origin} does not fit the model ({name}): "
+            f"{len(mismatched)} trunk key(s) differ, e.g. {'; '.join(mismatched[:8])}"
+            + (f"; ... {len(mismatched) - 8} more" if len(mismatched) > 8 else "")
+            + ". Is it a checkpoint of another architecture (depths, embed_dim, num_heads, patch_size)?"
+        )
+    if dropped or missing:
+        parts = [f"loading {origin}:"]
+        if dropped:
+            parts.append(f"dropped {len(dropped)} key(s) the model does not use: {_summarize(dropped)}.")
+        if missing:
+            kept = _summarize(missing)
+            parts.append(f"{len(missing)} key(s) not in the checkpoint keep their initial values: {kept}.")
+        parts += [note[0].upper() + note[1:] + "." for note in notes]
+        warnings.warn(" ".join(parts), UserWarning, stacklevel=3)
+    return fitted

@@ -1,0 +1,245 @@
+"""The pretrained-weights manifest: ``ARCH.TAG`` entries read from ``manifest.yaml``, and their lookup."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import os
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from ..registry import resolve_name
+from . import cache
+
+__all__ = [
+    "Source",
+    "PretrainedEntry",
+    "UnknownPretrainedError",
+    "entries",
+    "get_entry",
+    "has_tag",
+    "list_pretrained",
+    "register_pretrained",
+    "tags",
+]
+
+HF_DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+class UnknownPretrainedError(KeyError):
+    """No manifest entry of that name; the message lists what there is."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Source:
+    """One place a checkpoint can be fetched from: a Hugging Face hub file or a plain URL."""
+
+    layout: str = "auto"
+    url: str | None = None
+    hf_hub: str | None = None
+    filename: str | None = None
+    revision: str = "main"
+    sha256: str | None = None
+    sha256_prefix: str | None = None
+    size: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.hf_hub is None):
+            raise ValueError(f"a source needs exactly one of url or hf_hub, got {self}")
+        if self.hf_hub is not None and not self.filename:
+            raise ValueError(f"hf_hub source {self.hf_hub!r} needs a filename (e.g. model.safetensors)")
+
+    @property
+    def basename(self) -> str:
+        return self.filename if self.hf_hub else cache.url_filename(self.url)
+
+    def resolve_url(self) -> str:
+        """The URL to fetch now; hub files honour ``$HF_ENDPOINT`` (a mirror, or a test server)."""
+        if self.url is not None:
+            return self.url
+        endpoint = (os.environ.get("HF_ENDPOINT") or HF_DEFAULT_ENDPOINT).rstrip("/")
+        return f"{endpoint}/{self.hf_hub}/resolve/{self.revision}/{self.filename}"
+
+    def headers(self) -> dict[str, str]:
+        token = os.environ.get("HF_TOKEN") if self.hf_hub else None
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def describe(self) -> str:
+        return f"{self.resolve_url()} ({self.layout} layout)"
+
+
+@dataclass(frozen=True)
+class PretrainedEntry:
+    """A pretrained checkpoint of a registered architecture: where to get it and how to feed it."""
+
+    name: str
+    arch: str
+    tag: str
+    sources: tuple[Source, ...]
+    num_classes: int = 1000
+    input_size: tuple[int, int, int] = (3, 224, 224)
+    crop_pct: float = 0.9
+    crop_mode: str = "center"
+    interpolation: str = "bicubic"
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    resize_size: int | None = None
+    labels: str | None = None
+    license: str | None = None
+    default: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict, compare=False)
+    note: str | None = None
+
+    def cache_path(self, source: Source) -> os.PathLike:
+        return cache.entry_path(self.name, source.basename)
+
+    def cached_file(self) -> os.PathLike | None:
+        """The first source's file present in the cache, if any."""
+        return next((p for p in map(self.cache_path, self.sources) if os.path.isfile(p)), None)
+
+    def data_config(self) -> dict[str, Any]:
+        """Evaluation preprocessing, with timm's key names plus ``resize_size`` (the shorter side before crop)."""
+        size = self.input_size[-1]
+        resize = self.resize_size or int(size / self.crop_pct)  # floor, as timm's transforms_factory
+        return {
+            "input_size": tuple(self.input_size),
+            "interpolation": self.interpolation,
+            "mean": tuple(self.mean),
+            "std": tuple(self.std),
+            "crop_pct": self.crop_pct,
+            "crop_mode": self.crop_mode,
+            "resize_size": resize,
+            "num_classes": self.num_classes,
+            "labels": self.labels,
+        }
+
+
+_lock = threading.Lock()
+_entries: dict[str, PretrainedEntry] = {}
+_loaded = False
+
+
+def _parse(name: str, fields: Any, origin: str) -> PretrainedEntry:
+    if not isinstance(fields, dict):
+        raise ValueError(f"{origin}: entry {name!r} must be a mapping of fields")
+    arch_part, sep, tag = name.partition(".")
+    if not sep or not tag:
+        raise ValueError(f"{origin}: entry names are ARCH.TAG (e.g. swin_t.ms_in1k), got {name!r}")
+    arch = resolve_name(arch_part)
+    fields = dict(fields)
+    try:
+        sources = tuple(Source(**s) for s in fields.pop("sources", ()))
+        if not sources:
+            raise ValueError("no sources")
+        for key in ("input_size", "mean", "std"):
+            if key in fields:
+                fields[key] = tuple(fields[key])
+        return PretrainedEntry(name=f"{arch}.{tag}", arch=arch, tag=tag, sources=sources, **fields)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{origin}: entry {name!r}: {error}") from None
+
+
+def _add(entries: dict, origin: str, overwrite: bool) -> list[str]:
+    if not isinstance(entries, dict):
+        raise ValueError(f"{origin}: expected a mapping of ARCH.TAG -> fields, got {type(entries).__name__}")
+    parsed = [_parse(n, f, origin) for n, f in entries.items() if not str(n).startswith("_")]
+    for entry in parsed:
+        if entry.name in _entries and not overwrite:
+            raise ValueError(f"pretrained entry {entry.name!r} already exists; pass overwrite=True to replace it")
+    for entry in parsed:
+        if entry.default:  # one default per architecture
+            for other in [e for e in _entries.values() if e.arch == entry.arch and e.default]:
+                _entries[other.name] = _replace(other, default=False)
+        _entries[entry.name] = entry
+    return [entry.name for entry in parsed]
+
+
+def _replace(entry: PretrainedEntry, **changes: Any) -> PretrainedEntry:
+    return dataclasses.replace(entry, **changes)
+
+
+def _ensure_loaded() -> None:
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if not _loaded:
+            text = resources.files(__package__).joinpath("manifest.yaml").read_text()
+            _add(yaml.safe_load(text), "the bundled manifest", overwrite=False)
+            _loaded = True
+
+
+def register_pretrained(entries: dict[str, dict] | str | os.PathLike, *, overwrite: bool = False) -> list[str]:
+    """Add manifest entries (a mapping like ``manifest.yaml``, or the path of such a YAML file).
+
+    Lets a project serve its own checkpoints (or a mirror) through ``create_model(name, pretrained=tag)``.
+    Returns the names added.
+    """
+    _ensure_loaded()
+    with _lock:
+        if isinstance(entries, (str, os.PathLike)):
+            with open(entries) as handle:
+                return _add(yaml.safe_load(handle), os.fspath(entries), overwrite)
+        return _add(entries, "register_pretrained", overwrite)
+
+
+def _split(name: str) -> tuple[str, str | None]:
+    arch, sep, tag = name.partition(".")
+    return resolve_name(arch), (tag if sep else None)
+
+
+def tags(arch: str) -> list[str]:
+    """Tags of the registered architecture ``arch`` (an alias works), default first."""
+    _ensure_loaded()
+    arch = resolve_name(arch)
+    found = [e for e in _entries.values() if e.arch == arch]
+    return [e.tag for e in sorted(found, key=lambda e: not e.default)]
+
+
+def get_entry(name: str, tag: str | None = None) -> PretrainedEntry:
+    """The entry ``ARCH.TAG``, or ``ARCH`` with ``tag`` (its default tag when both are absent).
+
+    ``ARCH`` may be a timm alias (``swin_tiny_patch4_window7_224.ms_in1k``). Raises
+    :class:`UnknownPretrainedError` naming the tags that exist.
+    """
+    _ensure_loaded()
+    arch, own_tag = _split(name)
+    tag = tag or own_tag
+    available = tags(arch)
+    if not available:
+        raise UnknownPretrainedError(f"{arch} has no pretrained weights in the manifest; pass a checkpoint path or URL")
+    if tag is None:
+        return next(e for e in _entries.values() if e.arch == arch and e.tag == available[0])
+    key = f"{arch}.{tag}"
+    if key not in _entries:
+        close = difflib.get_close_matches(tag, available, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownPretrainedError(f"no pretrained tag {tag!r} for {arch}{hint} Tags: {', '.join(available)}")
+    return _entries[key]
+
+
+def has_tag(arch: str, tag: str) -> bool:
+    _ensure_loaded()
+    return f"{resolve_name(arch)}.{tag}" in _entries
+
+
+def list_pretrained(pattern: str | None = None) -> list[str]:
+    """``ARCH.TAG`` names, sorted, filtered by a shell-style ``pattern`` (``swin_t`` alone means ``swin_t.*``)."""
+    _ensure_loaded()
+    names = sorted(_entries)
+    if pattern is not None:
+        names = [n for n in names if fnmatch.fnmatch(n, pattern) or fnmatch.fnmatch(n, pattern + ".*")]
+    return names
+
+
+def entries() -> list[PretrainedEntry]:
+    _ensure_loaded()
+    return list(_entries.values())
