@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from timm.layers import trunc_normal_
@@ -10,7 +12,39 @@ from torch import nn
 from .cache import TensorLRU
 from .position_bias import relative_position_index
 
-__all__ = ["WindowAttention"]
+__all__ = ["WindowAttention", "cached_attention_bias"]
+
+
+def cached_attention_bias(
+    cache: TensorLRU,
+    weights_identity: tuple,
+    position_bias: Callable[[], torch.Tensor],
+    mask: torch.Tensor | None,
+    key: tuple,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``position_bias()`` (heads, N, N) plus the shift mask (nW, N, N) as one additive tensor in ``dtype``:
+    (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one.
+
+    Without autograd (inference) it is cached under ``key`` (padded size and shift), the device, dtype and
+    ``weights_identity`` (versions and pointers of the weights it derives from), so new weights never meet a
+    stale bias. Training and tracing recompute it (gradients must reach the weights).
+    """
+    caching = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    if caching:
+        device = mask.device if mask is not None else None
+        full_key = (key, device, dtype, weights_identity)
+        cached = cache.get(full_key)
+        if cached is not None:
+            return cached
+    bias = position_bias().unsqueeze(0)  # 1, heads, N, N
+    if mask is not None:
+        n = mask.shape[-1]
+        bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
+    bias = bias.to(dtype)
+    if caching:
+        cache.put(full_key, bias)
+    return bias
 
 
 class WindowAttention(nn.Module):
@@ -64,21 +98,10 @@ class WindowAttention(nn.Module):
         Without autograd (inference) the result is cached under ``key`` (the padded size and shift) with
         the device, dtype and the table's version, so new weights never meet a stale bias.
         """
-        caching = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-        if caching:
-            table = self.relative_position_bias_table
-            full_key = (key, table.device, dtype, table._version, table.data_ptr())
-            cached = self._bias_cache.get(full_key)
-            if cached is not None:
-                return cached
-        bias = self.position_bias().unsqueeze(0)  # 1, heads, N, N
-        if mask is not None:
-            n = mask.shape[-1]
-            bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
-        bias = bias.to(dtype)
-        if caching:
-            self._bias_cache.put(full_key, bias)
-        return bias
+        table = self.relative_position_bias_table
+        return cached_attention_bias(
+            self._bias_cache, (table._version, table.data_ptr()), self.position_bias, mask, key, dtype
+        )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:
         """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask
@@ -86,16 +109,17 @@ class WindowAttention(nn.Module):
         batch, windows, n, channels = x.shape
         heads, head_dim = self.num_heads, channels // self.num_heads
         qkv = self.qkv(x).view(batch, windows, n, 3, heads, head_dim).permute(3, 0, 1, 4, 2, 5)
-        # One copy into (3, B, nW, heads, N, d), then views: SDPA's fused CPU kernel takes 4-D inputs. Without
-        # a mask the bias broadcasts over (B*nW); with one, windows and heads share a dimension so that the
-        # (nW*heads) bias broadcasts over the batch. (A copy, not reshape: traced with symbolic sizes, a
-        # reshape would have to decide whether it is a view, i.e. whether there is one window.)
-        qkv = qkv.clone(memory_format=torch.contiguous_format)
+        # SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW); with one,
+        # windows and heads share a dimension so that the (nW*heads) bias broadcasts over the batch. Eager
+        # reshape copies only where it must (the masked layout). Traced with symbolic sizes, a reshape would
+        # have to decide whether it is a view, i.e. whether there is one window, so there: one copy first.
+        if torch.compiler.is_compiling():
+            qkv = qkv.clone(memory_format=torch.contiguous_format)
         bias = self.attention_bias(mask, key, qkv.dtype)
         if mask is None:
-            q, k, v = qkv.view(3, batch * windows, heads, n, head_dim).unbind(0)
+            q, k, v = qkv.reshape(3, batch * windows, heads, n, head_dim).unbind(0)
         else:
-            q, k, v = qkv.view(3, batch, windows * heads, n, head_dim).unbind(0)
+            q, k, v = qkv.reshape(3, batch, windows * heads, n, head_dim).unbind(0)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
         )

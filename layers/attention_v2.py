@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import cached_attention_bias
 from .cache import TensorLRU
 from .position_bias import relative_position_index
 
@@ -94,21 +95,8 @@ class WindowAttentionV2(nn.Module):
         """Position bias plus shift mask as one additive tensor in ``dtype``: (1, heads, N, N) without a mask,
         (1, nW*heads, N, N) with one. Cached without autograd under ``key``, the device, dtype and the MLP's
         parameter versions, like :meth:`swin.layers.WindowAttention.attention_bias`."""
-        caching = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-        if caching:
-            params = tuple((p._version, p.data_ptr()) for p in self.cpb_mlp.parameters())
-            full_key = (key, self.relative_coords_table.device, dtype, params)
-            cached = self._bias_cache.get(full_key)
-            if cached is not None:
-                return cached
-        bias = self.position_bias().unsqueeze(0)  # 1, heads, N, N
-        if mask is not None:
-            n = mask.shape[-1]
-            bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
-        bias = bias.to(dtype)
-        if caching:
-            self._bias_cache.put(full_key, bias)
-        return bias
+        identity = tuple((p._version, p.data_ptr()) for p in self.cpb_mlp.parameters())
+        return cached_attention_bias(self._bias_cache, identity, self.position_bias, mask, key, dtype)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:
         """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask

@@ -39,7 +39,7 @@ class Result:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 2048, rounds: int = 7, device: str = "cpu") -> float:
+def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 1024, rounds: int = 5, device: str = "cpu") -> float:
     """FLOP/s of a square matmul on this machine (median of rounds): the rate the floor is computed at."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
@@ -169,7 +169,7 @@ def cmd_bench(args) -> int:
         ]
     rate = {str(dt).split(".")[-1]: matmul_rate(dt, device=args.device) for dt in (torch.float32, torch.bfloat16)}
     print(
-        f"matrix multiply (2048^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
+        f"matrix multiply (1024^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
         f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {args.rounds} rounds, medians",
         file=sys.stderr,
     )
