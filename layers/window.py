@@ -140,5 +140,19 @@ def build_window_plan(
     )
 
 
-# Plans depend only on their arguments: cache them (derived state, never saved in a state dict).
-window_plan = functools.lru_cache(maxsize=128)(build_window_plan)
+@functools.lru_cache(maxsize=128)
+def window_plan(
+    height: int,
+    width: int,
+    window: tuple[int, int],
+    shift: tuple[int, int],
+    pad_first: bool,
+    device: torch.device,
+) -> WindowPlan:
+    """:func:`build_window_plan`, cached: plans depend only on their arguments (derived state, never saved).
+
+    Built outside inference mode, so a plan first made under ``torch.inference_mode()`` still serves a
+    training step later (autograd refuses to save inference tensors, and index_select saves its index).
+    """
+    with torch.inference_mode(False):
+        return build_window_plan(height, width, window, shift, pad_first, device)

@@ -122,3 +122,14 @@ def test_load_state_dict_non_strict_reports_missing_and_unexpected():
     state["extra.weight"] = torch.zeros(1)
     result = model.load_state_dict(state, strict=False)
     assert result.missing_keys == ["head.weight"] and result.unexpected_keys == ["extra.weight"]
+
+
+def test_training_after_inference_mode_at_the_same_size():
+    """Plans cached during torch.inference_mode() must not poison a later training step."""
+    model = tiny_backbone(7, 3, torch.float32)
+    x = torch.randn(1, 3, 72, 88)
+    with torch.inference_mode():
+        model(x)
+    model.train()
+    sum(level.mean() for level in model(x)).backward()
+    assert model.layers[0].blocks[1].attn.qkv.weight.grad is not None
