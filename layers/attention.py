@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,7 @@ __all__ = ["WindowAttention", "cached_attention_bias"]
 
 def cached_attention_bias(
     cache: TensorLRU,
-    weights_identity: tuple,
+    weights: Iterable[torch.Tensor],
     position_bias: Callable[[], torch.Tensor],
     mask: torch.Tensor | None,
     key: tuple,
@@ -27,13 +27,13 @@ def cached_attention_bias(
     (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one.
 
     Without autograd (inference) it is cached under ``key`` (padded size and shift), the device, dtype and
-    ``weights_identity`` (versions and pointers of the weights it derives from), so new weights never meet a
+    the versions and storage of ``weights`` (the parameters it derives from), so new weights never meet a
     stale bias. Training and tracing recompute it (gradients must reach the weights).
     """
     caching = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
     if caching:
         device = mask.device if mask is not None else None
-        full_key = (key, device, dtype, weights_identity)
+        full_key = (key, device, dtype, tuple((w._version, w.data_ptr()) for w in weights))
         cached = cache.get(full_key)
         if cached is not None:
             return cached
@@ -98,9 +98,8 @@ class WindowAttention(nn.Module):
         Without autograd (inference) the result is cached under ``key`` (the padded size and shift) with
         the device, dtype and the table's version, so new weights never meet a stale bias.
         """
-        table = self.relative_position_bias_table
         return cached_attention_bias(
-            self._bias_cache, (table._version, table.data_ptr()), self.position_bias, mask, key, dtype
+            self._bias_cache, [self.relative_position_bias_table], self.position_bias, mask, key, dtype
         )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:

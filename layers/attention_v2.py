@@ -95,8 +95,8 @@ class WindowAttentionV2(nn.Module):
         """Position bias plus shift mask as one additive tensor in ``dtype``: (1, heads, N, N) without a mask,
         (1, nW*heads, N, N) with one. Cached without autograd under ``key``, the device, dtype and the MLP's
         parameter versions, like :meth:`swin.layers.WindowAttention.attention_bias`."""
-        identity = tuple((p._version, p.data_ptr()) for p in self.cpb_mlp.parameters())
-        return cached_attention_bias(self._bias_cache, identity, self.position_bias, mask, key, dtype)
+        weights = list(self.cpb_mlp.parameters())
+        return cached_attention_bias(self._bias_cache, weights, self.position_bias, mask, key, dtype)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:
         """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask
