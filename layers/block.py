@@ -36,6 +36,8 @@ class SwinBlock(nn.Module):
         attn_drop: dropout on attention probabilities.
         drop_path: stochastic depth rate of this block.
         semantics: "classification" or "detection", see :data:`SEMANTICS`.
+        attention: the window attention module to use (Swin V2 passes its own); default
+            :class:`WindowAttention` from the arguments above.
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class SwinBlock(nn.Module):
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
         semantics: str = "classification",
+        attention: nn.Module | None = None,
     ):
         super().__init__()
         self.dim = dim
@@ -57,7 +60,7 @@ class SwinBlock(nn.Module):
         self.shifted = shifted
         self.semantics = semantics
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = WindowAttention(dim, num_heads, self.window, qkv_bias, attn_drop, drop)
+        self.attn = attention or WindowAttention(dim, num_heads, self.window, qkv_bias, attn_drop, drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), drop)

@@ -36,8 +36,10 @@ class SwinBlockV2(SwinBlock):
         semantics: str = "classification",
         pretrained_window: tuple[int, int] = (0, 0),
     ):
-        super().__init__(dim, num_heads, window, shifted, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, semantics)
-        self.attn = WindowAttentionV2(dim, num_heads, self.window, qkv_bias, attn_drop, drop, pretrained_window)
+        attention = WindowAttentionV2(dim, num_heads, tuple(window), qkv_bias, attn_drop, drop, pretrained_window)
+        super().__init__(
+            dim, num_heads, window, shifted, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, semantics, attention
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop_path(self.norm1(self.window_attention(x)))
