@@ -12,7 +12,7 @@ from torch import nn
 from .cache import TensorLRU
 from .position_bias import relative_position_index
 
-__all__ = ["WindowAttention", "cached_attention_bias"]
+__all__ = ["WindowAttention", "WindowAttentionBase", "bias_for_windows", "cached_attention_bias", "windowed_sdpa"]
 
 
 def cached_attention_bias(
@@ -47,7 +47,81 @@ def cached_attention_bias(
     return bias
 
 
-class WindowAttention(nn.Module):
+def bias_for_windows(bias: torch.Tensor, window_range: tuple[int, int] | None, heads: int) -> torch.Tensor:
+    """The part of a merged (1, nW*heads, N, N) bias for windows ``first:stop`` of each image (a view); an
+    unmasked (1, heads, N, N) bias or ``window_range=None`` is returned as is."""
+    if window_range is None or bias.shape[1] == heads:
+        return bias
+    return bias[:, window_range[0] * heads : window_range[1] * heads]
+
+
+def windowed_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    masked: bool,
+    dropout: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Scaled dot-product attention of (B, nW, heads, N, d) q, k, v with a merged bias (see
+    :func:`cached_attention_bias`); the heads' outputs side by side, (B, nW, N, heads*d).
+
+    SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW); with one,
+    windows and heads share a dimension so that the (nW*heads) bias broadcasts over the batch, which costs a
+    copy of q/k/v unless there is one image (then the bias is viewed per window). Eager, reshapes stay views
+    where they can, and SDPA called on views of the projection writes its output already in token-major order.
+    Traced with symbolic sizes a reshape would have to decide whether it is a view, and the ONNX exporter
+    fails on reshape of the transposed output, so there: explicit copies, then views.
+    """
+    batch, windows, heads, n, head_dim = q.shape
+    tracing = torch.compiler.is_compiling()
+    if tracing:
+        q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
+    if not masked or (batch == 1 and not tracing):
+        shape = (batch * windows, heads, n, head_dim)
+        if masked:
+            bias = bias.view(windows, heads, n, n)
+    else:
+        shape = (batch, windows * heads, n, head_dim)
+    q, k, v = (t.reshape(shape) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
+    out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3)
+    if tracing:
+        return out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, heads * head_dim)
+    return out.reshape(batch, windows, n, heads * head_dim)
+
+
+class WindowAttentionBase(nn.Module):
+    """What V1 and V2 window attention share: ``forward`` is the output projection of :meth:`mix`, the
+    official MAC count, and a bias cache cleared when the module moves or changes dtype. Subclasses define
+    ``mix`` (attention before the projection), ``proj``, ``proj_drop``, ``dim`` and ``_bias_cache``."""
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        key: tuple = (),
+        window_range: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask
+        (for the bias cache); window_range: (first, stop) when x holds only those windows of each image
+        (chunked inference). Returns (B, nW, N, C)."""
+        return self.proj_drop(self.proj(self.mix(x, mask, key, window_range)))
+
+    def macs(self, tokens: int) -> int:
+        """Multiply-accumulates for one window of ``tokens`` tokens, as the official ``flops(N)`` (V2's too,
+        which like V1 leaves out the position bias: it runs once per window size, not per window)."""
+        c = self.dim
+        return tokens * c * 3 * c + 2 * tokens * tokens * c + tokens * c * c
+
+    def _apply(self, fn, recurse=True):
+        # Moving or casting the module invalidates cached tensors on the old device/dtype.
+        self._bias_cache.clear()
+        return super()._apply(fn, recurse)
+
+
+class WindowAttention(WindowAttentionBase):
     """Self-attention inside (wh x ww) windows: softmax(QK^T / sqrt(d) + B + mask) V.
 
     Args:
@@ -102,38 +176,17 @@ class WindowAttention(nn.Module):
             self._bias_cache, [self.relative_position_bias_table], self.position_bias, mask, key, dtype
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:
-        """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask
-        (for the bias cache). Returns (B, nW, N, C)."""
+    def mix(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        key: tuple = (),
+        window_range: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """Attention before the output projection: the heads' outputs side by side, (B, nW, N, C)."""
         batch, windows, n, channels = x.shape
         heads, head_dim = self.num_heads, channels // self.num_heads
         qkv = self.qkv(x).view(batch, windows, n, 3, heads, head_dim).permute(3, 0, 1, 4, 2, 5)
-        # SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW); with one,
-        # windows and heads share a dimension so that the (nW*heads) bias broadcasts over the batch. Eager
-        # reshape copies only where it must (the masked layout). Traced with symbolic sizes, a reshape would
-        # have to decide whether it is a view, i.e. whether there is one window, so there: one copy first.
-        if torch.compiler.is_compiling():
-            qkv = qkv.clone(memory_format=torch.contiguous_format)
-        bias = self.attention_bias(mask, key, qkv.dtype)
-        if mask is None:
-            q, k, v = qkv.reshape(3, batch * windows, heads, n, head_dim).unbind(0)
-        else:
-            q, k, v = qkv.reshape(3, batch, windows * heads, n, head_dim).unbind(0)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=self.attn_drop if self.training else 0.0
-        )
-        out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3)
-        # An explicit copy, then a view: with symbolic sizes the ONNX exporter takes reshape and contiguous()
-        # for views of this transposed tensor and fails.
-        out = out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, channels)
-        return self.proj_drop(self.proj(out))
-
-    def macs(self, tokens: int) -> int:
-        """Multiply-accumulates for one window of ``tokens`` tokens, as the official ``flops(N)``."""
-        c = self.dim
-        return tokens * c * 3 * c + 2 * tokens * tokens * c + tokens * c * c
-
-    def _apply(self, fn, recurse=True):
-        # Moving or casting the module invalidates cached tensors on the old device/dtype.
-        self._bias_cache.clear()
-        return super()._apply(fn, recurse)
+        bias = bias_for_windows(self.attention_bias(mask, key, qkv.dtype), window_range, heads)
+        q, k, v = qkv.unbind(0)
+        return windowed_sdpa(q, k, v, bias, mask is not None, self.attn_drop if self.training else 0.0)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import cached_attention_bias
+from .attention import WindowAttentionBase, bias_for_windows, cached_attention_bias, windowed_sdpa
 from .cache import TensorLRU
 from .position_bias import relative_position_index
 
@@ -36,7 +36,7 @@ def log_spaced_coords(window: tuple[int, int], pretrained_window: tuple[int, int
     return table.reshape(-1, 2)
 
 
-class WindowAttentionV2(nn.Module):
+class WindowAttentionV2(WindowAttentionBase):
     """Self-attention inside (wh x ww) windows: softmax(tau * cos(q, k) + 16 * sigmoid(MLP(coords)) + mask) V.
 
     Official key names: ``qkv.weight`` (no bias), ``q_bias``, ``v_bias`` (the k bias is fixed at zero),
@@ -98,42 +98,26 @@ class WindowAttentionV2(nn.Module):
         weights = list(self.cpb_mlp.parameters())
         return cached_attention_bias(self._bias_cache, weights, self.position_bias, mask, key, dtype)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, key: tuple = ()) -> torch.Tensor:
-        """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask
-        (for the bias cache). Returns (B, nW, N, C)."""
+    def mix(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        key: tuple = (),
+        window_range: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """Attention before the output projection: the heads' outputs side by side, (B, nW, N, C)."""
         batch, windows, n, channels = x.shape
         heads, head_dim = self.num_heads, channels // self.num_heads
         bias = None
         if self.q_bias is not None:
             bias = torch.cat((self.q_bias, torch.zeros_like(self.q_bias), self.v_bias))
         qkv = F.linear(x, self.qkv.weight, bias).view(batch, windows, n, 3, heads, head_dim)
-        qkv = qkv.permute(3, 0, 1, 4, 2, 5)  # 3, B, nW, heads, N, d
-        q, k, v = qkv.unbind(0)
+        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each B, nW, heads, N, d
         # Scaled cosine attention (paper eq. 2): tau * cos(q, k); the temperature scales the unit queries, so
         # SDPA runs with scale 1.
         scale = torch.clamp(self.logit_scale, max=LOGIT_SCALE_MAX).exp()  # heads, 1, 1
         q = F.normalize(q, dim=-1) * scale
         k = F.normalize(k, dim=-1)
-        attn_bias = self.attention_bias(mask, key, x.dtype)
-        if mask is None:
-            shape = (batch * windows, heads, n, head_dim)
-        else:
-            shape = (batch, windows * heads, n, head_dim)
-        q, k, v = (t.reshape(shape) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_bias, dropout_p=self.attn_drop if self.training else 0.0, scale=1.0
-        )
-        out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3)
-        out = out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, channels)
-        return self.proj_drop(self.proj(out))
-
-    def macs(self, tokens: int) -> int:
-        """Multiply-accumulates for one window of ``tokens`` tokens, as the official V2 ``flops(N)`` (which,
-        like V1, leaves out the position bias MLP: it runs once per window size, not per window)."""
-        c = self.dim
-        return tokens * c * 3 * c + 2 * tokens * tokens * c + tokens * c * c
-
-    def _apply(self, fn, recurse=True):
-        # Moving or casting the module invalidates cached tensors on the old device/dtype.
-        self._bias_cache.clear()
-        return super()._apply(fn, recurse)
+        attn_bias = bias_for_windows(self.attention_bias(mask, key, x.dtype), window_range, heads)
+        dropout = self.attn_drop if self.training else 0.0
+        return windowed_sdpa(q, k, v, attn_bias, mask is not None, dropout, scale=1.0)

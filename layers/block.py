@@ -8,6 +8,7 @@ from timm.layers import DropPath
 from torch import nn
 
 from .attention import WindowAttention
+from .chunking import chunk_length, chunked_inference
 from .mlp import Mlp
 from .window import build_window_plan, window_plan
 
@@ -75,8 +76,30 @@ class SwinBlock(nn.Module):
         return (0 if height <= wh else wh // 2), (0 if width <= ww else ww // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.window_attention(self.norm1(x)))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        if chunked_inference(self, x):  # the new tensor takes the residual in place
+            x = self.window_attention(self.norm1(x)).add_(x)
+        else:
+            x = x + self.drop_path(self.window_attention(self.norm1(x)))
+        return self.mlp_residual(x)
+
+    def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual branch of the MLP half (per token): MLP(LN(x))."""
+        return self.mlp(self.norm2(x))
+
+    def mlp_residual(self, x: torch.Tensor) -> torch.Tensor:
+        """x + DropPath(branch(x)); in inference on CPU computed over chunks of tokens
+        (:mod:`swin.layers.chunking`), which gives the same values without a large hidden tensor."""
+        if not chunked_inference(self, x):
+            return x + self.drop_path(self.mlp_branch(x))
+        rows = x.reshape(-1, x.shape[-1])
+        step = chunk_length(rows.shape[0], self.mlp.fc1.out_features * x.element_size())
+        if step == rows.shape[0]:
+            return x + self.mlp_branch(x)
+        out = torch.empty_like(rows)
+        for start in range(0, rows.shape[0], step):
+            part = rows[start : start + step]
+            torch.add(part, self.mlp_branch(part), out=out[start : start + step])
+        return out.view(x.shape)
 
     def window_attention(self, x: torch.Tensor) -> torch.Tensor:
         """Shift, partition, attend, merge, unshift; x: (B, H, W, C). Pad + roll + partition is one gather
@@ -94,10 +117,41 @@ class SwinBlock(nn.Module):
             plan = window_plan(height, width, self.window, shift, pad_first, x.device)
             if plan.needs_zero:
                 tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
-        windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, -1, channels)
-        windows = self.attn(windows, plan.mask, plan.key)
+        if chunked_inference(self, x):
+            windows = self.attend_in_chunks(tokens, plan)
+        else:
+            windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, -1, channels)
+            windows = self.attn(windows, plan.mask, plan.key)
         merged = windows.reshape(batch, -1, channels).index_select(1, plan.scatter)
         return merged.view(batch, height, width, channels)
+
+    def attend_in_chunks(self, tokens: torch.Tensor, plan) -> torch.Tensor:
+        """Window attention for inference on CPU, a few images or windows at a time so that the q/k/v
+        projection stays small (:mod:`swin.layers.chunking`); (B, nW, N, C) windows out, as ``self.attn``.
+
+        With a shift mask a chunk holds windows of one image, where q/k/v are views of the projection (see
+        :func:`swin.layers.attention.windowed_sdpa`); the output projection writes straight into the result.
+        """
+        batch, _, channels = tokens.shape
+        num_windows = plan.num_windows
+        n = plan.gather.numel() // num_windows
+        per_window = 3 * n * channels * tokens.element_size()  # the q/k/v projection of one window
+        images = chunk_length(batch, num_windows * per_window)
+        if plan.mask is not None:
+            images = 1
+        step = chunk_length(num_windows, per_window) if images == 1 else num_windows
+        out = tokens.new_empty(batch, num_windows, n, channels)
+        proj = self.attn.proj
+        for first_image in range(0, batch, images):
+            part = tokens[first_image : first_image + images]
+            for first in range(0, num_windows, step):
+                stop = min(first + step, num_windows)
+                index = plan.gather if step == num_windows else plan.gather[first * n : stop * n]
+                windows = part.index_select(1, index).view(-1, stop - first, n, channels)
+                mixed = self.attn.mix(windows, plan.mask, plan.key, (first, stop))
+                target = out[first_image : first_image + images, first:stop].view(-1, channels)
+                torch.addmm(proj.bias, mixed.reshape(-1, channels), proj.weight.t(), out=target)
+        return out
 
     def macs(self, height: int, width: int, padded: bool = False) -> int:
         """Norms, window attention and MLP, as the official ``flops()``.

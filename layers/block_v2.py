@@ -43,4 +43,8 @@ class SwinBlockV2(SwinBlock):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop_path(self.norm1(self.window_attention(x)))
-        return x + self.drop_path(self.norm2(self.mlp(x)))
+        return self.mlp_residual(x)
+
+    def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual branch of the MLP half (per token), post-norm: LN(MLP(x))."""
+        return self.norm2(self.mlp(x))

@@ -63,9 +63,30 @@ def _timm_name(arch: str) -> str:
     return swin.get_config(arch).aliases[0]
 
 
-def _implementations(case: Case, device: str) -> dict[str, Callable[[torch.Tensor], object]]:
+class _Unchunked(torch.nn.Module):
+    """Ours with chunked inference off (``swin.layers.chunking.ENABLED``) while it runs: what chunking gains."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor):
+        from swin.layers import chunking
+
+        chunking.ENABLED = False
+        try:
+            return self.model(x)
+        finally:
+            chunking.ENABLED = True
+
+
+def _implementations(
+    case: Case, device: str, compile: bool = False, unchunked: bool = False
+) -> dict[str, Callable[[torch.Tensor], object]]:
     """Same weights everywhere: torchvision's random init (when it has the architecture) converted to ours,
-    and ours exported to timm's layout."""
+    and ours exported to timm's layout. ``compile``: every implementation under ``torch.compile`` (each
+    peer compiled too, so ratios stay like for like), and ours uncompiled as ``ours-eager`` for the gain.
+    ``unchunked``: ours also with chunked inference off, as ``ours-unchunked``."""
     import timm
 
     import swin
@@ -97,6 +118,10 @@ def _implementations(case: Case, device: str) -> dict[str, Callable[[torch.Tenso
             impls["timm-fused" if fused else "timm"] = model
     for model in impls.values():
         model.to(device).train(case.kind == "train")
+    if compile:
+        impls = {name: torch.compile(model) for name, model in impls.items()} | {"ours-eager": ours}
+    if unchunked:
+        impls["ours-unchunked"] = _Unchunked(ours)
     return impls
 
 
@@ -122,8 +147,10 @@ def _runner(model: torch.nn.Module, case: Case, name: str, device: str) -> Calla
     return step
 
 
-def run_case(case: Case, rounds: int = 5, warmup: int = 2, device: str = "cpu") -> Result:
-    impls = _implementations(case, device)
+def run_case(
+    case: Case, rounds: int = 5, warmup: int = 2, device: str = "cpu", compile: bool = False, unchunked: bool = False
+) -> Result:
+    impls = _implementations(case, device, compile, unchunked)
     x = torch.randn(case.batch, 3, *case.size, device=device)
     runners = {name: _runner(model, case, name, device) for name, model in impls.items()}
     samples: dict[str, list[float]] = {name: [] for name in runners}
@@ -175,7 +202,7 @@ def cmd_bench(args) -> int:
     )
     rows = []
     for case in cases:
-        result = run_case(case, rounds=args.rounds, device=args.device)
+        result = run_case(case, args.rounds, device=args.device, compile=args.compile, unchunked=args.unchunked)
         ours = result.times["ours"]
         timm_best = min((v for k, v in result.times.items() if k.startswith("timm")), default=None)
         row = {"case": case.name, "ms": {k: round(v * 1e3, 2) for k, v in result.times.items()}}
@@ -183,6 +210,10 @@ def cmd_bench(args) -> int:
             row["speedup_vs_timm"] = round(timm_best / ours, 3)
         if "torchvision" in result.times:
             row["speedup_vs_torchvision"] = round(result.times["torchvision"] / ours, 3)
+        if "ours-unchunked" in result.times:
+            row["chunking_gain"] = round(result.times["ours-unchunked"] / ours, 3)
+        if "ours-eager" in result.times:
+            row["compile_gain"] = round(result.times["ours-eager"] / ours, 3)
         if case.kind == "eval":
             macs = swin.flops(case.arch, img_size=case.size, measure=False)["macs"]["analytic"] * case.batch
             floor = 2 * macs / rate[str(case.dtype).split(".")[-1]]
@@ -203,19 +234,28 @@ def _format_row(row: dict) -> str:
     return f"  {row['case']}: {times}"
 
 
+# Optional columns: (implementation whose time is shown, ratio key, header).
+_BASELINES = (
+    ("ours-eager", "compile_gain", "ours eager ms | compile gain"),
+    ("ours-unchunked", "chunking_gain", "ours unchunked ms | chunking gain"),
+)
+
+
 def _table(rows: list[dict]) -> str:
-    lines = [
-        "| case | ours ms | timm ms (best) | torchvision ms | vs timm | vs torchvision | floor ms | ours/floor |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    extra = [b for b in _BASELINES if any(b[0] in r["ms"] for r in rows)]
+    header = "| case | ours ms | timm ms (best) | torchvision ms | vs timm | vs torchvision | floor ms | ours/floor |"
+    header += "".join(f" {title} |" for *_, title in extra)
+    lines = [header, "|---" * (header.count("|") - 1) + "|"]
     for r in rows:
         ms = r["ms"]
         timm_ms = min((v for k, v in ms.items() if k.startswith("timm")), default=None)
-        lines.append(
+        line = (
             f"| {r['case']} | {ms['ours']} | {timm_ms if timm_ms is not None else '-'} | {ms.get('torchvision', '-')} "
             f"| {r.get('speedup_vs_timm', '-')}x | {r.get('speedup_vs_torchvision', '-')}x "
             f"| {r.get('floor_ms', '-')} | {r.get('over_floor', '-')} |"
         )
+        line += "".join(f" {ms.get(name, '-')} | {r.get(ratio, '-')}x |" for name, ratio, _ in extra)
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -226,4 +266,12 @@ def register(sub) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch", type=int, default=64, help="batch for the b8 cases on CUDA")
     p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="run every implementation under torch.compile (ours also eager, for what compiling gains)",
+    )
+    p.add_argument(
+        "--unchunked", action="store_true", help="also time ours with chunked CPU inference off (what it gains)"
+    )
     p.set_defaults(func=cmd_bench)

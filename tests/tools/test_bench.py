@@ -1,0 +1,61 @@
+"""``swin bench`` compares like with like: the same weights in every implementation, each measured."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from swin.layers import chunking
+from swin.tools import bench
+
+pytest.importorskip("torchvision")
+
+
+def test_every_implementation_computes_the_same_function():
+    case = bench.Case("swin_t eval b1 224 fp32", "swin_t", 1, (224, 224))
+    impls = bench._implementations(case, "cpu", unchunked=True)
+    assert set(impls) == {"ours", "ours-unchunked", "timm", "timm-fused", "torchvision"}
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        outputs = {name: model(x) for name, model in impls.items()}
+    for name, out in outputs.items():
+        assert (out - outputs["torchvision"]).abs().max().item() <= 1e-4, name
+
+
+def test_unchunked_baseline_turns_chunking_off_only_while_it_runs():
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append(chunking.ENABLED)
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        bench._Unchunked(Probe())(torch.zeros(1))
+    assert seen == [False] and chunking.ENABLED
+
+
+def test_backbone_case_feeds_torchvision_the_same_weights():
+    case = bench.Case("swin_t backbone", "swin_t", 1, (224, 224), kind="features")
+    impls = bench._implementations(case, "cpu")
+    assert set(impls) == {"ours", "torchvision"}
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        stage3 = impls["torchvision"][:6](x)  # patch embedding, stage 1, merge, stage 2, merge, stage 3
+        ours = impls["ours"](x)[2]  # stage 3 through norm2, which is left at its initial (identity) affine
+    expected = F.layer_norm(stage3, stage3.shape[-1:]).permute(0, 3, 1, 2)
+    assert (ours - expected).abs().max().item() <= 1e-4
+
+
+def test_run_case_reports_a_median_per_implementation():
+    case = bench.Case("swin_t train", "swin_t", 1, (224, 224), kind="train")
+    result = bench.run_case(case, rounds=1, warmup=0)
+    assert set(result.times) == {"ours", "timm", "timm-fused", "torchvision"}
+    assert all(t > 0 for t in result.times.values())
+
+
+def test_table_lists_ratios():
+    row = {"case": "c", "ms": {"ours": 1.0, "timm": 2.0}, "speedup_vs_timm": 2.0}
+    table = bench._table([row]).splitlines()
+    assert len(table) == 3 and table[2].startswith("| c | 1.0 | 2.0 |") and "2.0x" in table[2]
