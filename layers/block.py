@@ -129,7 +129,7 @@ class SwinBlock(nn.Module):
         """Window attention for inference on CPU, a few images or windows at a time so that the q/k/v
         projection stays small (:mod:`swin.layers.chunking`); (B, nW, N, C) windows out, as ``self.attn``.
 
-        With a shift mask a chunk holds windows of one image, where q/k/v are views of the projection (see
+        A chunk of one image keeps q/k/v as views of the projection even with a shift mask (see
         :func:`swin.layers.attention.windowed_sdpa`); the output projection writes straight into the result.
         """
         batch, _, channels = tokens.shape
@@ -137,8 +137,6 @@ class SwinBlock(nn.Module):
         n = plan.gather.numel() // num_windows
         per_window = 3 * n * channels * tokens.element_size()  # the q/k/v projection of one window
         images = chunk_length(batch, num_windows * per_window)
-        if plan.mask is not None:
-            images = 1
         step = chunk_length(num_windows, per_window) if images == 1 else num_windows
         out = tokens.new_empty(batch, num_windows, n, channels)
         proj = self.attn.proj

@@ -2,13 +2,14 @@
 
 Why: on Linux, glibc serves allocations above 32 MiB (its largest mmap threshold on 64-bit) with fresh pages
 from the kernel on every call, and the first write to each page faults. A swin_t batch of 8 at 224 makes a
-38.5 MiB MLP hidden tensor in each stage-1 block: allocating and filling it costs more than the GELU over it
-(``swin bench`` and docs/PERFORMANCE.md). Computing the block in row or window chunks of a few MiB keeps
-every intermediate small enough to be reused from the heap and to stay in cache between the ops that make
-and consume it. Results are the same ops on the same rows, so the outputs equal the unchunked forward.
+38.5 MiB MLP hidden tensor in each stage-1 block, and the 800x1333 backbone a 98 MiB one; where faults are
+expensive (on virtual machines especially) allocating such a tensor can cost more than the GELU over it.
+Computing the block in row or window chunks of a few MiB keeps every intermediate small enough to be reused
+from the heap and to stay in cache between the ops that make and consume it. Results are the same ops on the
+same rows, so the outputs equal the unchunked forward.
 
-Only for inference without autocast: under autograd the pieces would each be saved for backward, and on CUDA one large
-kernel is faster than several small ones (its caching allocator has no such cost).
+Only for inference without autocast: under autograd the pieces would each be saved for backward, and on
+CUDA one large kernel is faster than several small ones (its caching allocator has no such cost).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import torch
 
 __all__ = ["CHUNK_BYTES", "ENABLED", "chunked_inference", "chunk_length"]
 
-# The largest intermediate a chunk may make. 8 MiB: well under glibc's 32 MiB mmap ceiling, several rows of
-# windows per chunk at every stage, and measured fastest of 4/8/16 MiB for swin_t (docs/PERFORMANCE.md).
+# The largest intermediate a chunk may make. 8 MiB: well under glibc's 32 MiB mmap ceiling, and still whole
+# images or many windows per chunk. What it gains: `swin bench --unchunked` (docs/PERFORMANCE.md).
 CHUNK_BYTES = 8 * 2**20
 # Off: every block computes in one piece, as in training (``swin bench --unchunked`` times both).
 ENABLED = True
