@@ -172,6 +172,28 @@ def run_case(
     return result
 
 
+def profile_case(case: Case, rounds: int = 3, device: str = "cpu", top: int = 12) -> str:
+    """Where our time goes in ``case``: torch.profiler over ``rounds`` calls after a warm-up, ops by self time,
+    as a markdown table with each op's share of the total."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = _implementations(case, device)["ours"]
+    run = _runner(model, case, "ours", device)
+    x = torch.randn(case.batch, 3, *case.size, device=device)
+    run(x)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=activities) as prof:
+        for _ in range(rounds):
+            run(x)
+    events = [e for e in prof.key_averages() if e.self_device_time_total or e.self_cpu_time_total]
+    key = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    total = sum(getattr(e, key) for e in events) or 1
+    lines = [f"{case.name}: ours, {rounds} calls profiled", "| op | share | ms per call |", "|---|---|---|"]
+    for e in sorted(events, key=lambda e: -getattr(e, key))[:top]:
+        lines.append(f"| {e.key} | {100 * getattr(e, key) / total:.1f}% | {getattr(e, key) / 1e3 / rounds:.1f} |")
+    return "\n".join(lines)
+
+
 DEFAULT_CASES = [
     Case("swin_t eval b1 224 fp32", "swin_t", 1, (224, 224)),
     Case("swin_t eval b8 224 fp32", "swin_t", 8, (224, 224)),
@@ -194,6 +216,10 @@ def cmd_bench(args) -> int:
         cases = [
             Case(c.name.replace("b8", f"b{args.batch}"), c.arch, args.batch, c.size, c.dtype, c.kind) for c in cases
         ]
+    if args.profile:
+        for case in cases:
+            print(profile_case(case, device=args.device))
+        return 0
     rate = {str(dt).split(".")[-1]: matmul_rate(dt, device=args.device) for dt in (torch.float32, torch.bfloat16)}
     print(
         f"matrix multiply (1024^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
@@ -231,7 +257,8 @@ def cmd_bench(args) -> int:
 
 def _format_row(row: dict) -> str:
     times = ", ".join(f"{k} {v} ms" for k, v in row["ms"].items())
-    return f"  {row['case']}: {times}"
+    error = f"; relative error of ours against float32 {row['relative_error']}" if "relative_error" in row else ""
+    return f"  {row['case']}: {times}{error}"
 
 
 # Optional columns: (implementation whose time is shown, ratio key, header).
@@ -245,6 +272,8 @@ def _table(rows: list[dict]) -> str:
     extra = [b for b in _BASELINES if any(b[0] in r["ms"] for r in rows)]
     header = "| case | ours ms | timm ms (best) | torchvision ms | vs timm | vs torchvision | floor ms | ours/floor |"
     header += "".join(f" {title} |" for *_, title in extra)
+    errors = any("relative_error" in r for r in rows)
+    header += " low-precision logits: relative error |" if errors else ""
     lines = [header, "|---" * (header.count("|") - 1) + "|"]
     for r in rows:
         ms = r["ms"]
@@ -255,6 +284,8 @@ def _table(rows: list[dict]) -> str:
             f"| {r.get('floor_ms', '-')} | {r.get('over_floor', '-')} |"
         )
         line += "".join(f" {ms.get(name, '-')} | {r.get(ratio, '-')}x |" for name, ratio, _ in extra)
+        if errors:
+            line += f" {r.get('relative_error', '-')} |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -271,6 +302,7 @@ def register(sub) -> None:
         action="store_true",
         help="run every implementation under torch.compile (ours also eager, for what compiling gains)",
     )
+    p.add_argument("--profile", action="store_true", help="instead of timing: where our time goes, by op")
     p.add_argument(
         "--unchunked", action="store_true", help="also time ours with chunked CPU inference off (what it gains)"
     )

@@ -59,3 +59,10 @@ def test_table_lists_ratios():
     row = {"case": "c", "ms": {"ours": 1.0, "timm": 2.0}, "speedup_vs_timm": 2.0}
     table = bench._table([row]).splitlines()
     assert len(table) == 3 and table[2].startswith("| c | 1.0 | 2.0 |") and "2.0x" in table[2]
+
+
+def test_profile_names_where_the_time_goes():
+    report = bench.profile_case(bench.Case("swin_t eval b1", "swin_t", 1, (224, 224)), rounds=1)
+    lines = report.splitlines()
+    assert lines[1] == "| op | share | ms per call |" and len(lines) == 3 + 12
+    assert any("addmm" in line for line in lines)  # the linear layers are most of the work
