@@ -188,7 +188,7 @@ def profile_case(case: Case, rounds: int = 3, device: str = "cpu", top: int = 12
     events = [e for e in prof.key_averages() if e.self_device_time_total or e.self_cpu_time_total]
     key = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
     total = sum(getattr(e, key) for e in events) or 1
-    lines = [f"{case.name}: ours, {rounds} calls profiled", "| op | share | ms per call |", "|---|---|---|"]
+    lines = [f"{case.name}: ours, {rounds} calls profiled", "", "| op | share | ms per call |", "|---|---|---|"]
     for e in sorted(events, key=lambda e: -getattr(e, key))[:top]:
         lines.append(f"| {e.key} | {100 * getattr(e, key) / total:.1f}% | {getattr(e, key) / 1e3 / rounds:.1f} |")
     return "\n".join(lines)
