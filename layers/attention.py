@@ -95,7 +95,17 @@ def windowed_sdpa(
 class WindowAttentionBase(nn.Module):
     """What V1 and V2 window attention share: ``forward`` is the output projection of :meth:`mix`, the
     official MAC count, and a bias cache cleared when the module moves or changes dtype. Subclasses define
-    ``mix`` (attention before the projection), ``proj``, ``proj_drop``, ``dim`` and ``_bias_cache``."""
+    ``mix`` (attention before the projection), ``proj`` and ``proj_drop``."""
+
+    def __init__(self, dim: int, num_heads: int, window: tuple[int, int], attn_drop: float):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}; choose a divisor of dim")
+        self.dim = dim
+        self.num_heads = num_heads
+        self.window = tuple(window)
+        self.attn_drop = attn_drop
+        self._bias_cache = TensorLRU()  # merged bias+mask per input size, inference only
 
     def forward(
         self,
@@ -142,13 +152,7 @@ class WindowAttention(WindowAttentionBase):
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
     ):
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}; choose a divisor of dim")
-        self.dim = dim
-        self.num_heads = num_heads
-        self.window = tuple(window)
-        self.attn_drop = attn_drop
+        super().__init__(dim, num_heads, window, attn_drop)
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
@@ -156,7 +160,6 @@ class WindowAttention(WindowAttentionBase):
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
         # Derived from the window alone: rebuilt on construction, never saved (not in state_dict).
         self.register_buffer("relative_position_index", relative_position_index(self.window), persistent=False)
-        self._bias_cache = TensorLRU()  # merged bias+mask per input size, inference only
         trunc_normal_(self.relative_position_bias_table, std=0.02)
 
     def position_bias(self) -> torch.Tensor:

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import WindowAttentionBase, bias_for_windows, cached_attention_bias, windowed_sdpa
-from .cache import TensorLRU
 from .position_bias import relative_position_index
 
 __all__ = ["WindowAttentionV2", "log_spaced_coords"]
@@ -63,14 +62,8 @@ class WindowAttentionV2(WindowAttentionBase):
         proj_drop: float = 0.0,
         pretrained_window: tuple[int, int] = (0, 0),
     ):
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}; choose a divisor of dim")
-        self.dim = dim
-        self.num_heads = num_heads
-        self.window = tuple(window)
+        super().__init__(dim, num_heads, window, attn_drop)
         self.pretrained_window = tuple(pretrained_window)
-        self.attn_drop = attn_drop
         self.logit_scale = nn.Parameter(torch.full((num_heads, 1, 1), math.log(10.0)))
         self.cpb_mlp = nn.Sequential(nn.Linear(2, 512), nn.ReLU(inplace=True), nn.Linear(512, num_heads, bias=False))
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
@@ -82,7 +75,6 @@ class WindowAttentionV2(WindowAttentionBase):
         coords = log_spaced_coords(self.window, self.pretrained_window)
         self.register_buffer("relative_coords_table", coords, persistent=False)
         self.register_buffer("relative_position_index", relative_position_index(self.window), persistent=False)
-        self._bias_cache = TensorLRU()  # merged bias+mask per input size, inference only
 
     def position_bias(self) -> torch.Tensor:
         """(heads, N, N) continuous position bias, 16 * sigmoid(MLP(coords)) gathered per query/key pair."""

@@ -76,20 +76,21 @@ class SwinBlock(nn.Module):
         return (0 if height <= wh else wh // 2), (0 if width <= ww else ww // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if chunked_inference(self, x):  # the new tensor takes the residual in place
-            x = self.window_attention(self.norm1(x)).add_(x)
+        chunked = chunked_inference(self, x)
+        if chunked:  # the new tensor takes the residual in place
+            x = self.window_attention(self.norm1(x), chunked).add_(x)
         else:
-            x = x + self.drop_path(self.window_attention(self.norm1(x)))
-        return self.mlp_residual(x)
+            x = x + self.drop_path(self.window_attention(self.norm1(x), chunked))
+        return self.mlp_residual(x, chunked)
 
     def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
         """The residual branch of the MLP half (per token): MLP(LN(x))."""
         return self.mlp(self.norm2(x))
 
-    def mlp_residual(self, x: torch.Tensor) -> torch.Tensor:
-        """x + DropPath(branch(x)); in inference on CPU computed over chunks of tokens
-        (:mod:`swin.layers.chunking`), which gives the same values without a large hidden tensor."""
-        if not chunked_inference(self, x):
+    def mlp_residual(self, x: torch.Tensor, chunked: bool = False) -> torch.Tensor:
+        """x + DropPath(branch(x)); ``chunked`` (see :func:`swin.layers.chunking.chunked_inference`, decided
+        once per block call): over chunks of tokens, the same values without a large hidden tensor."""
+        if not chunked:
             return x + self.drop_path(self.mlp_branch(x))
         rows = x.reshape(-1, x.shape[-1])
         step = chunk_length(rows.shape[0], self.mlp.fc1.out_features * x.element_size())
@@ -101,9 +102,10 @@ class SwinBlock(nn.Module):
             torch.add(part, self.mlp_branch(part), out=out[start : start + step])
         return out.view(x.shape)
 
-    def window_attention(self, x: torch.Tensor) -> torch.Tensor:
+    def window_attention(self, x: torch.Tensor, chunked: bool = False) -> torch.Tensor:
         """Shift, partition, attend, merge, unshift; x: (B, H, W, C). Pad + roll + partition is one gather
-        and its inverse another (see :class:`swin.layers.WindowPlan`)."""
+        and its inverse another (see :class:`swin.layers.WindowPlan`); ``chunked``: attention in pieces
+        (:meth:`attend_in_chunks`)."""
         batch, height, width, channels = x.shape
         shift = self.shift_for(height, width)
         pad_first = self.semantics == "detection"
@@ -117,7 +119,7 @@ class SwinBlock(nn.Module):
             plan = window_plan(height, width, self.window, shift, pad_first, x.device)
             if plan.needs_zero:
                 tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
-        if chunked_inference(self, x):
+        if chunked:
             windows = self.attend_in_chunks(tokens, plan)
         else:
             windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, -1, channels)

@@ -6,6 +6,7 @@ import torch
 
 from .attention_v2 import WindowAttentionV2
 from .block import SwinBlock
+from .chunking import chunked_inference
 
 __all__ = ["SwinBlockV2"]
 
@@ -42,8 +43,9 @@ class SwinBlockV2(SwinBlock):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.norm1(self.window_attention(x)))
-        return self.mlp_residual(x)
+        chunked = chunked_inference(self, x)
+        x = x + self.drop_path(self.norm1(self.window_attention(x, chunked)))
+        return self.mlp_residual(x, chunked)
 
     def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
         """The residual branch of the MLP half (per token), post-norm: LN(MLP(x))."""
