@@ -2,100 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-
 import torch
-import torch.nn.functional as F
-from timm.layers import trunc_normal_
 from torch import nn
 
-from .cache import TensorLRU
+from .execution import window_sdpa
 from .position_bias import relative_position_index
 
-__all__ = ["WindowAttention", "WindowAttentionBase", "bias_for_windows", "cached_attention_bias", "windowed_sdpa"]
-
-
-def cached_attention_bias(
-    cache: TensorLRU,
-    weights: Iterable[torch.Tensor],
-    position_bias: Callable[[], torch.Tensor],
-    mask: torch.Tensor | None,
-    key: tuple,
-    dtype: torch.dtype,
-) -> torch.Tensor:
-    """``position_bias()`` (heads, N, N) plus the shift mask (nW, N, N) as one additive tensor in ``dtype``:
-    (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one.
-
-    Without autograd (inference) it is cached under ``key`` (padded size and shift), the device, dtype and
-    the versions and storage of ``weights`` (the parameters it derives from), so new weights never meet a
-    stale bias. Training and tracing recompute it (gradients must reach the weights).
-    """
-    caching = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-    if caching:
-        device = mask.device if mask is not None else None
-        full_key = (key, device, dtype, tuple((w._version, w.data_ptr()) for w in weights))
-        cached = cache.get(full_key)
-        if cached is not None:
-            return cached
-    bias = position_bias().unsqueeze(0)  # 1, heads, N, N
-    if mask is not None:
-        n = mask.shape[-1]
-        bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
-    bias = bias.to(dtype)
-    if caching:
-        cache.put(full_key, bias)
-    return bias
-
-
-def bias_for_windows(bias: torch.Tensor, window_range: tuple[int, int] | None, heads: int) -> torch.Tensor:
-    """The part of a merged (1, nW*heads, N, N) bias for windows ``first:stop`` of each image (a view); an
-    unmasked (1, heads, N, N) bias or ``window_range=None`` is returned as is."""
-    if window_range is None or bias.shape[1] == heads:
-        return bias
-    return bias[:, window_range[0] * heads : window_range[1] * heads]
-
-
-def windowed_sdpa(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    bias: torch.Tensor,
-    masked: bool,
-    dropout: float = 0.0,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """Scaled dot-product attention of (B, nW, heads, N, d) q, k, v with a merged bias (see
-    :func:`cached_attention_bias`); the heads' outputs side by side, (B, nW, N, heads*d).
-
-    SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW); with one,
-    windows and heads share a dimension so that the (nW*heads) bias broadcasts over the batch, which costs a
-    copy of q/k/v unless there is one image (then the bias is viewed per window). Eager, reshapes stay views
-    where they can, and SDPA called on views of the projection writes its output already in token-major order.
-    Traced with symbolic sizes a reshape would have to decide whether it is a view, and the ONNX exporter
-    fails on reshape of the transposed output, so there: explicit copies, then views.
-    """
-    batch, windows, heads, n, head_dim = q.shape
-    tracing = torch.compiler.is_compiling()
-    if tracing:
-        q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-    if not masked or (batch == 1 and not tracing):
-        shape = (batch * windows, heads, n, head_dim)
-        if masked:
-            bias = bias.view(windows, heads, n, n)
-    else:
-        shape = (batch, windows * heads, n, head_dim)
-    q, k, v = (t.reshape(shape) for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
-    out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3)
-    if tracing:
-        return out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, heads * head_dim)
-    return out.reshape(batch, windows, n, heads * head_dim)
+__all__ = ["WindowAttention", "WindowAttentionBase"]
 
 
 class WindowAttentionBase(nn.Module):
-    """What V1 and V2 window attention share: ``forward`` is the output projection of :meth:`mix`, the
-    official MAC count, and a bias cache cleared when the module moves or changes dtype. Subclasses define
-    ``mix`` (attention before the projection), ``proj`` and ``proj_drop``."""
+    """What V1 and V2 window attention share: the constructor checks, the merged bias and the official MAC
+    count. Subclasses define ``position_bias()`` (heads, N, N) and ``forward(x, mask)``.
+
+    The contract of ``forward``: x (B, nW, N, C) windows of N = wh*ww tokens and the shift mask (nW, N, N)
+    or None; returns (B, nW, N, C), output projection included. The position bias is computed from the
+    parameters on every call (a gather of a small table, or V2's small MLP), so it can never be stale.
+    """
 
     def __init__(self, dim: int, num_heads: int, window: tuple[int, int], attn_drop: float):
         super().__init__()
@@ -105,19 +28,18 @@ class WindowAttentionBase(nn.Module):
         self.num_heads = num_heads
         self.window = tuple(window)
         self.attn_drop = attn_drop
-        self._bias_cache = TensorLRU()  # merged bias+mask per input size, inference only
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        key: tuple = (),
-        window_range: tuple[int, int] | None = None,
-    ) -> torch.Tensor:
-        """x: (B, nW, N, C) windows; mask: (nW, N, N) shift mask or None; key: what identifies the mask
-        (for the bias cache); window_range: (first, stop) when x holds only those windows of each image
-        (chunked inference). Returns (B, nW, N, C)."""
-        return self.proj_drop(self.proj(self.mix(x, mask, key, window_range)))
+    def position_bias(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def attention_bias(self, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        """Position bias plus shift mask as one additive tensor in ``dtype``, as :func:`window_sdpa` takes
+        it: (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one."""
+        bias = self.position_bias().unsqueeze(0)  # 1, heads, N, N
+        if mask is not None:
+            n = mask.shape[-1]
+            bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
+        return bias.to(dtype)
 
     def macs(self, tokens: int) -> int:
         """Multiply-accumulates for one window of ``tokens`` tokens, as the official ``flops(N)`` (V2's too,
@@ -125,14 +47,9 @@ class WindowAttentionBase(nn.Module):
         c = self.dim
         return tokens * c * 3 * c + 2 * tokens * tokens * c + tokens * c * c
 
-    def _apply(self, fn, recurse=True):
-        # Moving or casting the module invalidates cached tensors on the old device/dtype.
-        self._bias_cache.clear()
-        return super()._apply(fn, recurse)
-
 
 class WindowAttention(WindowAttentionBase):
-    """Self-attention inside (wh x ww) windows: softmax(QK^T / sqrt(d) + B + mask) V.
+    """Self-attention inside (wh x ww) windows: softmax(QK^T / sqrt(d) + B + mask) V, then the projection.
 
     Args:
         dim: channels of the tokens.
@@ -160,7 +77,7 @@ class WindowAttention(WindowAttentionBase):
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
         # Derived from the window alone: rebuilt on construction, never saved (not in state_dict).
         self.register_buffer("relative_position_index", relative_position_index(self.window), persistent=False)
-        trunc_normal_(self.relative_position_bias_table, std=0.02)
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
 
     def position_bias(self) -> torch.Tensor:
         """(heads, N, N) bias gathered from the table."""
@@ -168,28 +85,11 @@ class WindowAttention(WindowAttentionBase):
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
         return bias.view(n, n, self.num_heads).permute(2, 0, 1)
 
-    def attention_bias(self, mask: torch.Tensor | None, key: tuple, dtype: torch.dtype) -> torch.Tensor:
-        """Position bias plus shift mask as one additive tensor in ``dtype``, laid out for :meth:`forward`:
-        (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one.
-
-        Without autograd (inference) the result is cached under ``key`` (the padded size and shift) with
-        the device, dtype and the table's version, so new weights never meet a stale bias.
-        """
-        return cached_attention_bias(
-            self._bias_cache, [self.relative_position_bias_table], self.position_bias, mask, key, dtype
-        )
-
-    def mix(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        key: tuple = (),
-        window_range: tuple[int, int] | None = None,
-    ) -> torch.Tensor:
-        """Attention before the output projection: the heads' outputs side by side, (B, nW, N, C)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, windows, n, channels = x.shape
-        heads, head_dim = self.num_heads, channels // self.num_heads
-        qkv = self.qkv(x).view(batch, windows, n, 3, heads, head_dim).permute(3, 0, 1, 4, 2, 5)
-        bias = bias_for_windows(self.attention_bias(mask, key, qkv.dtype), window_range, heads)
-        q, k, v = qkv.unbind(0)
-        return windowed_sdpa(q, k, v, bias, mask is not None, self.attn_drop if self.training else 0.0)
+        heads = self.num_heads
+        qkv = self.qkv(x).view(batch, windows, n, 3, heads, channels // heads).permute(3, 0, 1, 4, 2, 5)
+        q, k, v = qkv.unbind(0)  # each B, nW, heads, N, d
+        bias = self.attention_bias(mask, qkv.dtype)
+        out = window_sdpa(q, k, v, bias, mask is not None, self.attn_drop if self.training else 0.0)
+        return self.proj_drop(self.proj(out))

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import WindowAttentionBase, bias_for_windows, cached_attention_bias, windowed_sdpa
+from .attention import WindowAttentionBase
+from .execution import window_sdpa
 from .position_bias import relative_position_index
 
 __all__ = ["WindowAttentionV2", "log_spaced_coords"]
@@ -83,33 +84,20 @@ class WindowAttentionV2(WindowAttentionBase):
         bias = table[self.relative_position_index.view(-1)].view(n, n, self.num_heads).permute(2, 0, 1)
         return 16 * torch.sigmoid(bias)
 
-    def attention_bias(self, mask: torch.Tensor | None, key: tuple, dtype: torch.dtype) -> torch.Tensor:
-        """Position bias plus shift mask as one additive tensor in ``dtype``: (1, heads, N, N) without a mask,
-        (1, nW*heads, N, N) with one. Cached without autograd under ``key``, the device, dtype and the MLP's
-        parameter versions, like :meth:`swin.layers.WindowAttention.attention_bias`."""
-        weights = list(self.cpb_mlp.parameters())
-        return cached_attention_bias(self._bias_cache, weights, self.position_bias, mask, key, dtype)
-
-    def mix(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        key: tuple = (),
-        window_range: tuple[int, int] | None = None,
-    ) -> torch.Tensor:
-        """Attention before the output projection: the heads' outputs side by side, (B, nW, N, C)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, windows, n, channels = x.shape
         heads, head_dim = self.num_heads, channels // self.num_heads
-        bias = None
-        if self.q_bias is not None:
-            bias = torch.cat((self.q_bias, torch.zeros_like(self.q_bias), self.v_bias))
-        qkv = F.linear(x, self.qkv.weight, bias).view(batch, windows, n, 3, heads, head_dim)
+        qkv = self.qkv(x)  # through the module, so that a wrapper or a quantized linear is used
+        if self.q_bias is not None:  # the k bias is fixed at zero (official)
+            qkv = qkv + torch.cat((self.q_bias, torch.zeros_like(self.q_bias), self.v_bias))
+        qkv = qkv.view(batch, windows, n, 3, heads, head_dim)
         q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each B, nW, heads, N, d
         # Scaled cosine attention (paper eq. 2): tau * cos(q, k); the temperature scales the unit queries, so
         # SDPA runs with scale 1.
         scale = torch.clamp(self.logit_scale, max=LOGIT_SCALE_MAX).exp()  # heads, 1, 1
         q = F.normalize(q, dim=-1) * scale
         k = F.normalize(k, dim=-1)
-        attn_bias = bias_for_windows(self.attention_bias(mask, key, x.dtype), window_range, heads)
+        bias = self.attention_bias(mask, x.dtype)
         dropout = self.attn_drop if self.training else 0.0
-        return windowed_sdpa(q, k, v, attn_bias, mask is not None, dropout, scale=1.0)
+        out = window_sdpa(q, k, v, bias, mask is not None, dropout, scale=1.0)
+        return self.proj_drop(self.proj(out))

@@ -6,7 +6,7 @@ import torch
 
 from .attention_v2 import WindowAttentionV2
 from .block import SwinBlock
-from .chunking import chunked_inference
+from .window import WindowPlans
 
 __all__ = ["SwinBlockV2"]
 
@@ -18,8 +18,8 @@ class SwinBlockV2(SwinBlock):
     move after attention and the MLP (res-post-norm), and attention is :class:`WindowAttentionV2`.
 
     Args:
-        dim, num_heads, window, shifted, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, semantics: as
-            :class:`swin.layers.SwinBlock`.
+        dim, num_heads, window, shifted, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, semantics, plans:
+            as :class:`swin.layers.SwinBlock`.
         pretrained_window: (wh, ww) window of pre-training for the position bias coordinates; (0, 0): none.
     """
 
@@ -35,18 +35,25 @@ class SwinBlockV2(SwinBlock):
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
         semantics: str = "classification",
+        plans: WindowPlans | None = None,
         pretrained_window: tuple[int, int] = (0, 0),
     ):
         attention = WindowAttentionV2(dim, num_heads, tuple(window), qkv_bias, attn_drop, drop, pretrained_window)
         super().__init__(
-            dim, num_heads, window, shifted, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, semantics, attention
+            dim,
+            num_heads,
+            window,
+            shifted,
+            mlp_ratio,
+            qkv_bias,
+            drop,
+            attn_drop,
+            drop_path,
+            semantics,
+            attention,
+            plans,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        chunked = chunked_inference(self, x)
-        x = x + self.drop_path(self.norm1(self.window_attention(x, chunked)))
-        return self.mlp_residual(x, chunked)
-
-    def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
-        """The residual branch of the MLP half (per token), post-norm: LN(MLP(x))."""
-        return self.norm2(self.mlp(x))
+        x = x + self.drop_path(self.norm1(self.shifted_window_attention(x)))
+        return x + self.drop_path(self.norm2(self.mlp(x)))

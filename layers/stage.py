@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .block import SwinBlock
-from .block_v2 import SwinBlockV2
-from .patch_merging import PatchMerging, PatchMergingV2
+from .patch_merging import PatchMerging
+from .window import WindowPlans
 
 __all__ = ["SwinStage"]
 
@@ -22,8 +22,15 @@ class SwinStage(nn.Module):
     ``forward`` returns ``(features, next_input)``: the stage's output before merging (what a detection
     neck takes) and the merged map for the next stage (the same tensor when there is no merging).
 
-    ``version=2`` builds Swin V2 blocks (res-post-norm, cosine attention, continuous position bias whose
-    coordinates are scaled by ``pretrained_window`` when it is not 0) and V2 patch merging.
+    Args:
+        dim, depth, num_heads, window: channels, blocks, heads and (wh, ww) window of the stage.
+        mlp_ratio, qkv_bias, drop, attn_drop: passed to every block.
+        drop_path: one stochastic depth rate per block, or one for all.
+        semantics: "classification" or "detection" (see :mod:`swin.layers.semantics`).
+        block: the block class (or any callable with :class:`SwinBlock`'s arguments), as torchvision's
+            ``block=``: :class:`SwinBlock` or :class:`SwinBlockV2`.
+        downsample: the patch merging class (:class:`PatchMerging`, :class:`PatchMergingV2`), or None for
+            the last stage.
     """
 
     def __init__(
@@ -37,42 +44,33 @@ class SwinStage(nn.Module):
         drop: float = 0.0,
         attn_drop: float = 0.0,
         drop_path: Sequence[float] | float = 0.0,
-        downsample: bool = True,
         semantics: str = "classification",
-        version: int = 1,
-        pretrained_window: int = 0,
+        block: Callable[..., nn.Module] = SwinBlock,
+        downsample: Callable[[int], nn.Module] | None = PatchMerging,
     ):
         super().__init__()
         rates = list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
         self.dim = dim
         self.depth = depth
-        if version not in (1, 2):
-            raise ValueError(f"version must be 1 (Swin) or 2 (Swin V2), got {version!r}")
-        if version == 1:
-            self.blocks = nn.ModuleList(
-                SwinBlock(dim, num_heads, window, i % 2 == 1, mlp_ratio, qkv_bias, drop, attn_drop, rates[i], semantics)
-                for i in range(depth)
+        self.window = tuple(window)
+        plans = WindowPlans()  # the blocks of a stage share their map sizes, so they share plans
+        self.blocks = nn.ModuleList(
+            block(
+                dim,
+                num_heads,
+                self.window,
+                shifted=i % 2 == 1,
+                mlp_ratio=mlp_ratio,
+                qkv_bias=qkv_bias,
+                drop=drop,
+                attn_drop=attn_drop,
+                drop_path=rates[i],
+                semantics=semantics,
+                plans=plans,
             )
-        else:
-            pretrained = (pretrained_window, pretrained_window)
-            self.blocks = nn.ModuleList(
-                SwinBlockV2(
-                    dim,
-                    num_heads,
-                    window,
-                    i % 2 == 1,
-                    mlp_ratio,
-                    qkv_bias,
-                    drop,
-                    attn_drop,
-                    rates[i],
-                    semantics,
-                    pretrained,
-                )
-                for i in range(depth)
-            )
-        merging = PatchMerging if version == 1 else PatchMergingV2
-        self.downsample = merging(dim) if downsample else None
+            for i in range(depth)
+        )
+        self.downsample = downsample(dim) if downsample is not None else None
         self.grad_checkpointing = False
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,8 +81,26 @@ class SwinStage(nn.Module):
                 x = block(x)
         return x, (self.downsample(x) if self.downsample is not None else x)
 
+    def padded_size(self, height: int, width: int) -> tuple[int, int]:
+        """The map size attention runs on: (height, width) padded to window multiples."""
+        wh, ww = self.window
+        return height + -height % wh, width + -width % ww
+
+    def attention_macs(self, height: int, width: int) -> dict[str, int]:
+        """The blocks' attention on a (height, width) map: ``msa``, ``wmsa``, ``wmsa_padded`` summed (see
+        :meth:`SwinBlock.attention_macs`)."""
+        total = {"msa": 0, "wmsa": 0, "wmsa_padded": 0}
+        for block in self.blocks:
+            for key, value in block.attention_macs(height, width).items():
+                total[key] += value
+        return total
+
     def macs(self, height: int, width: int, padded: bool = False) -> int:
         cost = sum(block.macs(height, width, padded) for block in self.blocks)
         if self.downsample is not None:
             cost += self.downsample.macs(height, width)
         return cost
+
+    def activation_elements(self, height: int, width: int) -> int:
+        """Elements of the largest intermediate one image makes in this stage."""
+        return max(block.activation_elements(height, width) for block in self.blocks)

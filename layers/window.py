@@ -2,37 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
-from einops import rearrange
 
-__all__ = [
-    "MASK_VALUE",
-    "WindowPlan",
-    "build_window_plan",
-    "shift_mask",
-    "window_partition",
-    "window_plan",
-    "window_reverse",
-]
+from .lru import BoundedLRU
+
+__all__ = ["MASK_VALUE", "WindowPlan", "WindowPlans", "build_window_plan", "shift_mask"]
 
 # The official code adds -100 (not -inf) between tokens of different regions; every reference keeps it,
 # so outputs stay comparable and a fully masked row can never turn into NaN.
 MASK_VALUE = -100.0
-
-
-def window_partition(x: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
-    """(B, H, W, C) -> (B, nW, wh*ww, C); H and W must be multiples of the window."""
-    wh, ww = window
-    return rearrange(x, "b (nh wh) (nw ww) c -> b (nh nw) (wh ww) c", wh=wh, ww=ww)
-
-
-def window_reverse(windows: torch.Tensor, window: tuple[int, int], height: int, width: int) -> torch.Tensor:
-    """(B, nW, wh*ww, C) -> (B, H, W, C), the inverse of :func:`window_partition`."""
-    wh, ww = window
-    return rearrange(windows, "b (nh nw) (wh ww) c -> b (nh wh) (nw ww) c", nh=height // wh, wh=wh, ww=ww)
 
 
 def _mod(values: torch.Tensor, divisor: int) -> torch.Tensor:
@@ -42,7 +22,7 @@ def _mod(values: torch.Tensor, divisor: int) -> torch.Tensor:
 
 def _window_coordinates(height: int, width: int, window: tuple[int, int], device) -> tuple[torch.Tensor, torch.Tensor]:
     """Row and column, in a (height, width) map of window multiples, of each token in window order
-    (windows row-major, tokens row-major inside a window): what :func:`window_partition` would gather.
+    (windows row-major, tokens row-major inside a window), as the official ``window_partition`` orders them.
 
     Plain arithmetic on an arange rather than reshapes, so that tracing with symbolic sizes (torch.export,
     ONNX) needs no guard on how many windows there are.
@@ -84,9 +64,11 @@ class WindowPlan:
         padded: (padded_h, padded_w), the map size that is cut into windows.
         num_windows: windows per image.
         gather: (nW*N,) index into the flattened map for each window token; ``height*width`` points at a
-            zero token that the caller appends when ``needs_zero``.
+            zero token that the caller appends when ``pad_token``.
         scatter: (H*W,) index into the flattened windows for each map position.
         mask: (nW, N, N) additive shift mask, or None when nothing is shifted.
+        pad_token: whether the caller appends the zero token (always, in plans built for tracing, whose
+            sizes may be symbolic).
     """
 
     key: tuple[int, int, int, int]
@@ -95,11 +77,12 @@ class WindowPlan:
     gather: torch.Tensor
     scatter: torch.Tensor
     mask: torch.Tensor | None
+    pad_token: bool
 
     @property
-    def needs_zero(self) -> bool:
-        """Whether ``gather`` refers to the zero (padding) token."""
-        return self.gather.numel() > self.scatter.numel()
+    def nbytes(self) -> int:
+        mask = 0 if self.mask is None else self.mask.nbytes
+        return self.gather.nbytes + self.scatter.nbytes + mask
 
 
 def build_window_plan(
@@ -109,11 +92,14 @@ def build_window_plan(
     shift: tuple[int, int],
     pad_first: bool,
     device: torch.device,
+    traced: bool = False,
 ) -> WindowPlan:
-    """The :class:`WindowPlan` for a (height, width) map (:func:`window_plan` is the cached version).
+    """The :class:`WindowPlan` for a (height, width) map (:class:`WindowPlans` caches them).
 
     ``pad_first`` (detection semantics) pads to a window multiple and rolls the padded map; otherwise
-    (classification semantics, as timm) the map is rolled, then padded. Derived state, never saved.
+    (classification semantics, as timm) the map is rolled, then padded. ``traced``: for a graph whose sizes
+    may be symbolic, so the zero token is always appended (its index is never gathered when nothing is
+    padded) rather than decided from the sizes. Derived state, never saved.
     """
     wh, ww = window
     padded_h, padded_w = height + -height % wh, width + -width % ww
@@ -137,22 +123,49 @@ def build_window_plan(
         gather=gather.to(device),
         scatter=scatter[:zero].to(device),
         mask=mask,
+        pad_token=traced or gather.numel() > zero,
     )
 
 
-@functools.lru_cache(maxsize=128)
-def window_plan(
-    height: int,
-    width: int,
-    window: tuple[int, int],
-    shift: tuple[int, int],
-    pad_first: bool,
-    device: torch.device,
-) -> WindowPlan:
-    """:func:`build_window_plan`, cached: plans depend only on their arguments (derived state, never saved).
+class WindowPlans:
+    """The window plans one model uses, per map size, shift, padding order and device.
 
-    Built outside inference mode, so a plan first made under ``torch.inference_mode()`` still serves a
-    training step later (autograd refuses to save inference tensors, and index_select saves its index).
+    A plan depends only on those (no weights), so a cached plan is never stale. Each model holds its own
+    (freed with it), bounded in entries and bytes: a stream of new image sizes cannot grow memory. When
+    traced (``torch.compile``, ``torch.export``) sizes may be symbolic, so plans are built in the graph.
     """
-    with torch.inference_mode(False):
-        return build_window_plan(height, width, window, shift, pad_first, device)
+
+    def __init__(self, max_items: int = 16, max_bytes: int = 64 << 20):
+        self._cache = BoundedLRU(max_items, max_bytes)
+
+    def get(
+        self,
+        height: int,
+        width: int,
+        window: tuple[int, int],
+        shift: tuple[int, int],
+        pad_first: bool,
+        device: torch.device,
+    ) -> WindowPlan:
+        if torch.compiler.is_compiling():
+            return build_window_plan(height, width, window, shift, pad_first, device, traced=True)
+        key = (height, width, window, shift, pad_first, device)
+        plan = self._cache.get(key)
+        if plan is None:
+            # Built outside inference mode, so that a plan first made under torch.inference_mode() still
+            # serves a training step later (autograd refuses to save inference tensors; index_select saves
+            # its index).
+            with torch.inference_mode(False):
+                plan = build_window_plan(height, width, window, shift, pad_first, device)
+            self._cache.put(key, plan)
+        return plan
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @property
+    def nbytes(self) -> int:
+        return self._cache.nbytes

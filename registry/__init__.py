@@ -1,14 +1,13 @@
 """Named Swin architectures, described as YAML (``models.yaml``), and their lookup."""
 
 from .config import SwinConfig
-from .lookup import UnknownModelError, get_config, list_models, load_yaml, register_model, resolve_name
+from .lookup import UnknownModelError, get_config, list_models, register_model, resolve_name
 
 __all__ = [
     "SwinConfig",
     "UnknownModelError",
     "get_config",
     "list_models",
-    "load_yaml",
     "register_model",
     "resolve_name",
 ]

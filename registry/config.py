@@ -6,6 +6,8 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 
+from ..layers.semantics import get_semantics
+
 __all__ = ["SwinConfig"]
 
 
@@ -94,6 +96,22 @@ class SwinConfig:
         if unknown:
             raise TypeError(f"unknown config field(s) {unknown}; valid fields are {sorted(known - {'aliases'})}")
         return dataclasses.replace(self, **overrides)
+
+    def stage_sizes(self, height: int | None = None, width: int | None = None) -> list[tuple[int, int]]:
+        """Map size of each stage for a (height, width) input (default ``img_size``): ceil(H/patch), then
+        ceil(previous/2) per patch merging."""
+        height, width = self.img_size if height is None else (height, width)
+        sizes = [(-(-height // self.patch_size), -(-width // self.patch_size))]
+        for _ in range(len(self.depths) - 1):
+            h, w = sizes[-1]
+            sizes.append((-(-h // 2), -(-w // 2)))
+        return sizes
+
+    def stage_windows(self, semantics: str = "classification") -> list[tuple[int, int]]:
+        """The (wh, ww) window of each stage: ``window_size``, or under classification semantics the map at
+        ``img_size`` when it is not larger (official rule, see :mod:`swin.layers.semantics`)."""
+        rules = get_semantics(semantics)
+        return [rules.stage_window(h, w, self.window_size) for h, w in self.stage_sizes()]
 
     def to_dict(self) -> dict[str, typing.Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

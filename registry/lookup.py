@@ -13,7 +13,7 @@ import yaml
 
 from .config import SwinConfig
 
-__all__ = ["UnknownModelError", "get_config", "list_models", "register_model", "resolve_name", "load_yaml"]
+__all__ = ["UnknownModelError", "get_config", "list_models", "register_model", "resolve_name"]
 
 
 class UnknownModelError(KeyError):
@@ -93,11 +93,6 @@ def register_model(
         return [config.name]
 
 
-def load_yaml(path: str | os.PathLike) -> list[str]:
-    """Register every entry of a YAML file; same as ``register_model(path)``."""
-    return register_model(path)
-
-
 def resolve_name(name: str) -> str:
     """Registered name for ``name`` or one of its aliases; ``KeyError`` naming the closest names otherwise."""
     _ensure_loaded()
@@ -118,16 +113,8 @@ def get_config(name: str) -> SwinConfig:
     return _configs[resolve_name(name)]
 
 
-def list_models(pattern: str | None = None, pretrained: bool = False) -> list[str]:
-    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given.
-
-    With ``pretrained=True``, the pretrained checkpoints of the weights manifest instead, as ``ARCH.TAG``
-    names (``swin_t.ms_in1k``); ``pattern`` then matches those (``"swin_t"`` alone means ``"swin_t.*"``).
-    """
-    if pretrained:
-        from ..weights.manifest import list_pretrained
-
-        return list_pretrained(pattern)
+def list_models(pattern: str | None = None) -> list[str]:
+    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given."""
     _ensure_loaded()
     names = sorted(_configs)
     if pattern is not None:

@@ -2,30 +2,48 @@
 
 >>> import swin
 >>> model = swin.create_model("swin_t")
+
+Names load on first use (PEP 562), so ``import swin`` is quick and the command line starts without
+importing torch; ``swin.create_model`` imports torch and the model code when it is first reached.
 """
 
-from .backbone import SwinBackbone
-from .detection import SwinFPN, detection_backbone
-from .factory import create_model
-from .flops import flops
-from .model import SwinTransformer
-from .optim import param_groups
-from .registry import SwinConfig, get_config, list_models, register_model
-from .weights.data_config import data_config
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "SwinBackbone",
-    "SwinConfig",
-    "SwinFPN",
-    "SwinTransformer",
-    "create_model",
-    "data_config",
-    "detection_backbone",
-    "flops",
-    "get_config",
-    "list_models",
-    "param_groups",
-    "register_model",
-]
+# name -> the module (in this package) that defines it
+_EXPORTS = {
+    "SwinBackbone": ".backbone",
+    "SwinConfig": ".registry",
+    "SwinFPN": ".detection",
+    "SwinTransformer": ".model",
+    "create_model": ".factory",
+    "data_config": ".weights.data_config",
+    "detection_backbone": ".detection",
+    "flops": ".costs",
+    "get_config": ".registry",
+    "list_models": ".catalog",
+    "param_groups": ".optim",
+    "register_model": ".registry",
+}
+
+# submodules reachable as attributes after ``import swin`` (``swin.export.export_onnx``, ``swin.weights``)
+_SUBMODULES = {"export", "layers", "registry", "weights"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)

@@ -66,6 +66,9 @@ class SwinBackbone(SwinTrunk):
         self._freeze()
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.forward_stages(x, self._levels)
+
+    def _levels(self, x: torch.Tensor) -> list[torch.Tensor]:
         x = self.embed(x)
         outputs = []
         for i, stage in enumerate(self.layers):

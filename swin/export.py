@@ -10,6 +10,7 @@ from torch import nn
 from torch.export import Dim
 
 from .backbone import SwinBackbone
+from .layers.semantics import get_semantics
 from .trunk import SwinTrunk
 
 __all__ = ["SIZE_MULTIPLE", "dynamic_size_range", "export_onnx", "export_program"]
@@ -29,15 +30,15 @@ def dynamic_size_range(model: SwinTrunk) -> tuple[int, int]:
     last stage is one window; build with ``img_size=256`` for 256-2048). Detection: from the first size
     where every stage has several windows (256 at window 7) up to 2048, the sizes detectors use.
     """
-    if model.semantics == "detection":
-        window = max(max(stage.blocks[0].window) for stage in model.layers)
+    if not get_semantics(model.semantics).shrink_window:  # detection: the window never shrinks
+        window = max(max(stage.window) for stage in model.layers)
         return (window + 1) * SIZE_MULTIPLE, _MAX_STEPS * SIZE_MULTIPLE
     native = max(1, min(model.config.img_size) // SIZE_MULTIPLE)
     stages = len(model.layers)
 
     def pattern(k: int) -> tuple[bool, ...]:
         # the map side of stage i at size 32k is k * 2**(stages-1-i) (patch 4, then halved per merge)
-        return tuple(k * 2 ** (stages - 1 - i) > stage.blocks[0].window[0] for i, stage in enumerate(model.layers))
+        return tuple(k * 2 ** (stages - 1 - i) > stage.window[0] for i, stage in enumerate(model.layers))
 
     low = high = native
     while low > 1 and pattern(low - 1) == pattern(native):
@@ -62,7 +63,7 @@ def _example(model: SwinTrunk, size_range: tuple[int, int] | None) -> torch.Tens
     # Inside the range and not a window multiple at the first stage, so that no padding branch is specialised.
     side = min(max(min(model.config.img_size), low), high)
     side -= side % SIZE_MULTIPLE
-    if (side // 4) % model.layers[0].blocks[0].window[0] == 0 and side + SIZE_MULTIPLE <= high:
+    if (side // 4) % model.layers[0].window[0] == 0 and side + SIZE_MULTIPLE <= high:
         side += SIZE_MULTIPLE
     parameter = next(model.parameters())
     return torch.randn(2, model.in_chans, side, side, device=parameter.device, dtype=parameter.dtype)

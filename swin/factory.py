@@ -41,9 +41,9 @@ def create_model(
     """
     canonical = resolve_name(name)
     if pretrained and not features_only and "num_classes" not in overrides:
-        from .weights.pretrained import designated_entry
+        from .weights.pretrained import manifest_entry_for
 
-        entry = designated_entry(canonical, pretrained)
+        entry = manifest_entry_for(canonical, pretrained)
         if entry is not None:
             overrides["num_classes"] = entry.num_classes
     if features_only:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,10 +13,6 @@ from .trunk import SwinTrunk
 __all__ = ["SwinTransformer"]
 
 
-def _pair(value: int | Sequence[int]) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
-
-
 class SwinTransformer(SwinTrunk):
     """Swin Transformer (Liu et al., ICCV 2021) with the official checkpoint layout.
 
@@ -25,87 +21,33 @@ class SwinTransformer(SwinTrunk):
     and classifies, ``forward`` does both.
 
     Args:
-        embed_dim: channels C of stage 1.
-        depths: blocks per stage.
-        num_heads: attention heads per stage.
-        window_size: window M in tokens.
-        img_size: input size the model is built for; with ``semantics="classification"``, a stage whose map
-            at this size is not larger than the window gets a window the size of the map (official rule).
-        patch_size: patch embedding kernel and stride.
-        in_chans: input channels.
-        num_classes: classifier outputs; 0 gives pooled features from ``forward``.
-        mlp_ratio: MLP width over block width.
-        qkv_bias: bias in the q/k/v projections.
-        drop_rate: dropout after projections and before the head.
-        attn_drop_rate: dropout on attention probabilities.
-        drop_path_rate: stochastic depth, rising linearly over the blocks to this value.
-        ape: absolute position embedding (interpolated bicubically to other input sizes).
-        patch_norm: LayerNorm after the patch embedding.
-        version: 1 (Swin) or 2 (Swin V2, Liu et al., CVPR 2022).
-        pretrained_window_sizes: Swin V2: per stage, the window of pre-training (0: none).
+        config: the architecture (``swin.get_config("swin_t")``); default ``SwinConfig()`` (swin_t's shape).
         semantics: "classification" (official classifier, timm) or "detection" (official detection
-            backbone): see ``swin.layers.SEMANTICS``.
-        name: the registered name, kept in ``model.config``.
+            backbone): see :mod:`swin.layers.semantics`.
+        **fields: :class:`swin.registry.SwinConfig` fields that override ``config`` (``num_classes=10``,
+            ``embed_dim=128``, ...): the config is the one description of the architecture.
     """
 
-    def __init__(
-        self,
-        embed_dim: int = 96,
-        depths: Sequence[int] = (2, 2, 6, 2),
-        num_heads: Sequence[int] = (3, 6, 12, 24),
-        window_size: int = 7,
-        img_size: int | Sequence[int] = 224,
-        patch_size: int = 4,
-        in_chans: int = 3,
-        num_classes: int = 1000,
-        mlp_ratio: float = 4.0,
-        qkv_bias: bool = True,
-        drop_rate: float = 0.0,
-        attn_drop_rate: float = 0.0,
-        drop_path_rate: float = 0.1,
-        ape: bool = False,
-        patch_norm: bool = True,
-        version: int = 1,
-        pretrained_window_sizes: Sequence[int] = (0, 0, 0, 0),
-        semantics: str = "classification",
-        name: str = "swin",
-    ):
-        config = SwinConfig(
-            name=name,
-            embed_dim=embed_dim,
-            depths=tuple(depths),
-            num_heads=tuple(num_heads),
-            window_size=window_size,
-            img_size=_pair(img_size),
-            patch_size=patch_size,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            mlp_ratio=mlp_ratio,
-            qkv_bias=qkv_bias,
-            drop_rate=drop_rate,
-            attn_drop_rate=attn_drop_rate,
-            drop_path_rate=drop_path_rate,
-            ape=ape,
-            patch_norm=patch_norm,
-            version=version,
-            pretrained_window_sizes=tuple(pretrained_window_sizes),
-        )
+    def __init__(self, config: SwinConfig | None = None, *, semantics: str = "classification", **fields: Any):
+        config = (config or SwinConfig()).replace(**fields)
         super().__init__(config, semantics)
-        self.num_classes = num_classes
+        self.num_classes = config.num_classes
         self.norm = nn.LayerNorm(self.num_features)
-        self.head_drop = nn.Dropout(drop_rate)
-        self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+        self.head_drop = nn.Dropout(config.drop_rate)
+        self.head = nn.Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
         self.init_weights()
 
     @classmethod
-    def from_config(cls, config: SwinConfig, **kwargs: object) -> SwinTransformer:
-        fields = {k: v for k, v in config.to_dict().items() if k != "aliases"}
-        return cls(**fields, **kwargs)
+    def from_config(cls, config: SwinConfig, **kwargs: Any) -> SwinTransformer:
+        return cls(config, **kwargs)
 
     # -- forward ----------------------------------------------------------------------------------------
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """(B, in_chans, H, W) -> (B, 8C, ceil(H/32), ceil(W/32)) after the final norm."""
+        return self.forward_stages(x, self._features)
+
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.embed(x)
         for stage in self.layers:
             _, x = stage(x)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
-from timm.layers import trunc_normal_
 from torch import nn
 
-from .layers import SEMANTICS, PatchEmbed, SwinStage
+from .layers.execution import image_chunks, run_in_image_chunks
+from .layers.patch_embed import PatchEmbed
+from .layers.semantics import get_semantics
+from .layers.stage import SwinStage
+from .layers.variants import VARIANTS
 from .registry import SwinConfig
 
 __all__ = ["SwinTrunk"]
@@ -21,17 +26,16 @@ class SwinTrunk(nn.Module):
 
     Args:
         config: the architecture.
-        semantics: "classification" or "detection" (see ``swin.layers.SEMANTICS``).
+        semantics: "classification" or "detection" (see :mod:`swin.layers.semantics`).
         num_stages: build only the first stages (a backbone that outputs fewer levels); the last one built
             has no patch merging.
     """
 
     def __init__(self, config: SwinConfig, semantics: str = "classification", num_stages: int | None = None):
         super().__init__()
-        if semantics not in SEMANTICS:
-            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        rules = get_semantics(semantics)
         self.config = config
-        self.semantics = semantics
+        self.semantics = rules.name
         self.in_chans = config.in_chans
         depths = config.depths
         num_stages = len(depths) if num_stages is None else num_stages
@@ -49,42 +53,40 @@ class SwinTrunk(nn.Module):
         total = sum(depths)
         rates = [config.drop_path_rate * i / max(total - 1, 1) for i in range(total)]
         self.layers = nn.ModuleList()
-        height, width = grid
+        variant = VARIANTS[config.version]
+        windows = config.stage_windows(semantics)
         for i in range(num_stages):
-            window = (config.window_size, config.window_size)
-            if semantics == "classification":
-                # Official rule: a map not larger than the window gets the map as its window (stage 4 at
-                # 224/7 and 384/12 is exactly one window); this sets the shape of the bias table.
-                window = (min(height, config.window_size), min(width, config.window_size))
+            block = variant.block
+            pretrained_window = dict(enumerate(config.pretrained_window_sizes)).get(i, 0)
+            if pretrained_window:  # Swin V2 only (the config checks)
+                block = functools.partial(block, pretrained_window=(pretrained_window, pretrained_window))
             self.layers.append(
                 SwinStage(
                     config.embed_dim * 2**i,
                     depths[i],
                     config.num_heads[i],
-                    window,
+                    windows[i],
                     config.mlp_ratio,
                     config.qkv_bias,
                     config.drop_rate,
                     config.attn_drop_rate,
                     rates[sum(depths[:i]) : sum(depths[: i + 1])],
-                    downsample=i < num_stages - 1,
-                    semantics=semantics,
-                    version=config.version,
-                    pretrained_window=dict(enumerate(config.pretrained_window_sizes)).get(i, 0),
+                    semantics=rules.name,
+                    block=block,
+                    downsample=variant.merging if i < num_stages - 1 else None,
                 )
             )
-            height, width = -(-height // 2), -(-width // 2)
 
     def init_weights(self) -> None:
         """The official initialisation: truncated normal (std 0.02) for linears and embeddings."""
         self.apply(self._init_module)
         if self.absolute_pos_embed is not None:
-            trunc_normal_(self.absolute_pos_embed, std=0.02)
+            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
 
     @staticmethod
     def _init_module(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            trunc_normal_(module.weight, std=0.02)
+            nn.init.trunc_normal_(module.weight, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
@@ -118,11 +120,24 @@ class SwinTrunk(nn.Module):
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """(B, in_chans, H, W) -> (B, H/p, W/p, C): patch embedding plus absolute position embedding."""
-        self.check_input(x)
         x = self.patch_embed(x)
         if self.absolute_pos_embed is not None:
             x = x + self._position_embedding(x.shape[1], x.shape[2])
         return self.pos_drop(x)
+
+    def forward_stages(self, x: torch.Tensor, run) -> object:
+        """``run(x)`` for a batch of images, run as :func:`swin.layers.execution.image_chunks` decides (in
+        pieces of a few images in CPU inference, else at once): the one place where the trunk's forward is
+        split, always through the modules' own ``forward``."""
+        self.check_input(x)
+        return run_in_image_chunks(run, x, image_chunks(self, x, lambda: self._image_bytes(x)))
+
+    def _image_bytes(self, x: torch.Tensor) -> int:
+        """Bytes of the largest intermediate one image of ``x``'s size makes in the stages."""
+        height, width = x.shape[-2:]
+        sizes = self.stage_sizes(height, width)
+        largest = max(stage.activation_elements(h, w) for (h, w), stage in zip(sizes, self.layers, strict=False))
+        return largest * x.element_size()
 
     def _position_embedding(self, height: int, width: int) -> torch.Tensor:
         grid_h, grid_w = self.patch_embed.output_size(*self.config.img_size)
@@ -163,8 +178,4 @@ class SwinTrunk(nn.Module):
 
     def stage_sizes(self, height: int, width: int) -> list[tuple[int, int]]:
         """Map size of each stage for a (height, width) input: ceil(H/4), then ceil(previous/2)."""
-        sizes = [self.patch_embed.output_size(height, width)]
-        for _ in range(len(self.config.depths) - 1):
-            h, w = sizes[-1]
-            sizes.append((-(-h // 2), -(-w // 2)))
-        return sizes
+        return self.config.stage_sizes(height, width)

@@ -92,7 +92,7 @@ def test_detection_semantics_match_transformers_swin_backbone(size):
         assert (e - g).abs().max().item() <= 1e-5
 
 
-def test_bias_cache_reused_across_sizes_and_devices_is_correct(backbone):
+def test_window_plans_reused_across_sizes_are_correct(backbone):
     x_small, x_large = torch.randn(1, 3, 96, 160), torch.randn(1, 3, 130, 70)
     with torch.no_grad():
         first = backbone(x_small)

@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 import swin
-from swin.flops import flop_counter
+from swin.costs import flop_counter
 
 # `swin.flops` is the function; the module it lives in:
-FLOPS_MODULE = sys.modules["swin.flops"]
+FLOPS_MODULE = sys.modules["swin.costs"]
 
 # Published "FLOPs" (multiply-accumulates) in G and parameters in M, at each model's native size.
 PAPER = {

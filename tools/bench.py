@@ -64,20 +64,20 @@ def _timm_name(arch: str) -> str:
 
 
 class _Unchunked(torch.nn.Module):
-    """Ours with chunked inference off (``swin.layers.chunking.ENABLED``) while it runs: what chunking gains."""
+    """Ours with chunked inference off (``swin.layers.execution.ENABLED``) while it runs: what chunking gains."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, x: torch.Tensor):
-        from swin.layers import chunking
+        from swin.layers import execution
 
-        chunking.ENABLED = False
+        execution.ENABLED = False
         try:
             return self.model(x)
         finally:
-            chunking.ENABLED = True
+            execution.ENABLED = True
 
 
 def _implementations(

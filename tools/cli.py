@@ -1,4 +1,8 @@
-"""The ``swin`` command: one subcommand per module, each with ``register(subparsers)``."""
+"""The ``swin`` command: one subcommand per module, each with ``register(subparsers)``.
+
+A subcommand's module is imported only when that subcommand runs (most import torch, which takes seconds):
+``swin --help`` lists the commands from the table below, and ``swin list`` needs no torch at all.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +12,48 @@ import sys
 
 from ..registry import UnknownModelError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
-# Each module defines register(subparsers), adding its subcommands with set_defaults(func=...).
-SUBCOMMAND_MODULES = ["models", "flops_cmd", "weights_cmds", "validate_cmd", "export_cmd", "bench"]
+# command -> (module that registers it, one line of help). Each module defines register(subparsers),
+# adding its subcommands with set_defaults(func=...).
+COMMANDS = {
+    "list": ("list_cmd", "registered architectures"),
+    "info": ("list_cmd", "configuration, parameters and stages of one architecture"),
+    "flops": ("flops_cmd", "cost per stage (MSA against W-MSA) and of the whole model, analytic and measured"),
+    "download": ("weights_cmds", "fetch pretrained weights into the cache ($SWIN_HOME)"),
+    "convert": ("weights_cmds", "rewrite a checkpoint in another layout"),
+    "predict": ("weights_cmds", "classify an image with pretrained weights"),
+    "validate": ("validate_cmd", "top-1/top-5 accuracy on an ImageFolder (ImageNet val layout)"),
+    "export": ("export_cmd", "export a classifier or backbone to ONNX (.onnx) or torch.export (.pt2)"),
+    "bench": ("bench", "time ours against timm and torchvision (same weights, interleaved)"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is not an option), if it is one of ours."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with the full arguments of ``command`` (its module's commands) and one-line stubs for the
+    others; ``command=None``: stubs only (enough for ``swin --help`` and for naming a wrong command)."""
     parser = argparse.ArgumentParser(prog="swin", description="Swin Transformer backbones: models, costs, weights.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in SUBCOMMAND_MODULES:
-        importlib.import_module(f"{__package__}.{module}").register(sub)
+    loaded = COMMANDS[command][0] if command else None
+    for name, (module, help_text) in COMMANDS.items():
+        if module != loaded:
+            sub.add_parser(name, help=help_text)
+    if loaded:
+        importlib.import_module(f"{__package__}.{loaded}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         return args.func(args)
     except UnknownModelError as error:

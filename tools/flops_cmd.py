@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..flops import TOLERANCE, flops, parse_size
+from ..costs import TOLERANCE, flops, parse_size
 from ..registry import resolve_name
 
 __all__ = ["DEFAULT_SWEEP", "cmd_flops", "plot_sweep", "register", "render", "render_sweep", "sweep"]

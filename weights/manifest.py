@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from ..registry import resolve_name
-from . import cache
+from . import storage
 
 __all__ = [
     "Source",
@@ -59,7 +59,7 @@ class Source:
 
     @property
     def basename(self) -> str:
-        return self.filename if self.hf_hub else cache.url_filename(self.url)
+        return self.filename if self.hf_hub else storage.url_filename(self.url)
 
     def resolve_url(self) -> str:
         """The URL to fetch now; hub files honour ``$HF_ENDPOINT`` (a mirror, or a test server)."""
@@ -99,7 +99,7 @@ class PretrainedEntry:
     note: str | None = None
 
     def cache_path(self, source: Source) -> os.PathLike:
-        return cache.entry_path(self.name, source.basename)
+        return storage.entry_path(self.name, source.basename)
 
     def cached_file(self) -> os.PathLike | None:
         """The first source's file present in the cache, if any."""

@@ -2,7 +2,7 @@
 
 ``pretrained`` is ``True`` (the architecture's default tag), a tag (``"ms_in22k"``) or full name
 (``"swin_t.ms_in22k"``) from the manifest, a local file, or an http(s) URL (optionally ending in
-``#sha256=<hex>``). Manifest files and URLs are cached under ``$SWIN_HOME`` (see ``cache.py``); with
+``#sha256=<hex>``). Manifest files and URLs are cached under ``$SWIN_HOME`` (see ``storage.py``); with
 ``SWIN_OFFLINE=1`` or ``HF_HUB_OFFLINE=1`` only the cache is used.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from ..registry import resolve_name
-from . import cache, manifest, safe_load
+from . import manifest, safe_load, storage
 from .adapt import fit_state_dict
 from .convert import convert, detect_layout, unwrap
 from .download import DownloadError, download
@@ -26,7 +26,7 @@ from .manifest import PretrainedEntry
 
 __all__ = [
     "WeightsNotFoundError",
-    "designated_entry",
+    "manifest_entry_for",
     "fetch",
     "fetch_url",
     "resolve",
@@ -60,7 +60,7 @@ def fetch(entry: PretrainedEntry, *, progress: bool | None = None) -> Path:
     if cached is not None:
         return Path(cached)
     paths = [Path(entry.cache_path(s)) for s in entry.sources]
-    if cache.offline():
+    if storage.offline():
         sources = "\n".join(f"  {s.describe()}" for s in entry.sources)
         raise WeightsNotFoundError(
             f"{entry.name} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE), so its "
@@ -101,10 +101,10 @@ def fetch_url(url: str, *, progress: bool | None = None) -> Path:
     A ``#sha256=<hex>`` fragment (full digest, or a prefix of at least 8 digits) is checked.
     """
     clean, digest = _split_hash(url)
-    path = cache.url_path(clean)
+    path = storage.url_path(clean)
     if path.is_file():
         return path
-    if cache.offline():
+    if storage.offline():
         raise WeightsNotFoundError(
             f"{clean} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE).\n"
             + _placement([path])
@@ -128,7 +128,7 @@ def _is_url(value: str) -> bool:
     return value.startswith(("http://", "https://"))
 
 
-def designated_entry(name: str, pretrained: bool | str | os.PathLike) -> PretrainedEntry | None:
+def manifest_entry_for(name: str, pretrained: bool | str | os.PathLike) -> PretrainedEntry | None:
     """The manifest entry ``pretrained`` names for the architecture ``name`` (``True``, a tag, or
     ``ARCH.TAG``), or None for a file path or URL. Nothing is fetched."""
     if pretrained is True:
@@ -165,7 +165,7 @@ def designated_entry(name: str, pretrained: bool | str | os.PathLike) -> Pretrai
 
 def resolve(name: str, pretrained: bool | str | os.PathLike) -> tuple[Path, PretrainedEntry | None]:
     """The local file ``pretrained`` designates for the architecture ``name`` (fetched if needed)."""
-    entry = designated_entry(name, pretrained)
+    entry = manifest_entry_for(name, pretrained)
     if entry is not None:
         return fetch(entry), entry
     value = os.fspath(pretrained)

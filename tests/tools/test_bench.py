@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from swin.layers import chunking
+from swin.layers import execution
 from swin.tools import bench
 
 pytest.importorskip("torchvision")
@@ -28,12 +28,12 @@ def test_unchunked_baseline_turns_chunking_off_only_while_it_runs():
 
     class Probe(torch.nn.Module):
         def forward(self, x):
-            seen.append(chunking.ENABLED)
+            seen.append(execution.ENABLED)
             raise RuntimeError("stop")
 
     with pytest.raises(RuntimeError):
         bench._Unchunked(Probe())(torch.zeros(1))
-    assert seen == [False] and chunking.ENABLED
+    assert seen == [False] and execution.ENABLED
 
 
 def test_backbone_case_feeds_torchvision_the_same_weights():

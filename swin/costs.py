@@ -63,27 +63,6 @@ def parse_size(value: int | str | Sequence[int]) -> tuple[int, int]:
 # -- analytic ---------------------------------------------------------------------------------------------
 
 
-def _padded(size: int, window: int) -> int:
-    return size + -size % window
-
-
-def _stage_attention(stage: nn.Module, height: int, width: int) -> dict[str, int]:
-    """Attention of a stage's blocks: global MSA, W-MSA on the map, W-MSA on the padded map (what runs).
-
-    Both come from ``WindowAttention.macs(tokens)``: with all h*w tokens in one window it is the paper's
-    Omega(MSA) = 4hwC^2 + 2(hw)^2 C; over hw/M^2 windows of M^2 tokens it is Omega(W-MSA) = 4hwC^2 + 2M^2 hwC.
-    """
-    msa = wmsa = wmsa_padded = 0
-    for block in stage.blocks:
-        wh, ww = block.window
-        n = wh * ww
-        per_window = block.attn.macs(n)  # N * (4C^2 + 2NC): divisible by N, so the sums stay exact
-        msa += block.attn.macs(height * width)
-        wmsa += height * width * per_window // n
-        wmsa_padded += _padded(height, wh) * _padded(width, ww) * per_window // n
-    return {"msa": msa, "wmsa": wmsa, "wmsa_padded": wmsa_padded}
-
-
 def analytic_macs(model: SwinTransformer, img_size: int | Sequence[int], padded: bool = True) -> dict[str, int]:
     """Analytic MACs of each part of ``model`` for one (H, W) image, from the modules' ``macs`` methods.
 
@@ -245,8 +224,7 @@ def flops(
 
     stages = []
     for i, ((h, w), stage) in enumerate(zip(model.stage_sizes(*size), model.layers, strict=True)):
-        wh, ww = stage.blocks[0].window
-        attention = _stage_attention(stage, h, w)
+        attention = stage.attention_macs(h, w)
         attn_measured = [
             v for k, v in per_module.items() if k.startswith(f"layers.{i}.blocks.") and k.endswith(".attn")
         ]
@@ -254,8 +232,8 @@ def flops(
             {
                 "stage": i + 1,
                 "resolution": [h, w],
-                "padded_resolution": [_padded(h, wh), _padded(w, ww)],
-                "window": [wh, ww],
+                "padded_resolution": list(stage.padded_size(h, w)),
+                "window": list(stage.window),
                 "channels": stage.dim,
                 "depth": stage.depth,
                 "msa_macs": attention["msa"],

@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import json
 
-import torch
-
-from ..factory import create_model
 from ..registry import get_config, list_models, resolve_name
+from ..registry.params import count_parameters
 
-__all__ = ["count_parameters", "model_rows", "cmd_list", "cmd_info", "register"]
-
-
-def count_parameters(name: str, **overrides) -> int:
-    """Parameters of the registered model, counted on the meta device (no memory, no init time)."""
-    with torch.device("meta"):
-        model = create_model(name, **overrides)
-    return sum(p.numel() for p in model.parameters())
+__all__ = ["model_rows", "cmd_list", "cmd_info", "register"]
 
 
 def model_rows(pattern: str | None = None) -> list[dict]:
@@ -32,7 +23,7 @@ def model_rows(pattern: str | None = None) -> list[dict]:
                 "embed_dim": config.embed_dim,
                 "depths": list(config.depths),
                 "num_heads": list(config.num_heads),
-                "params": count_parameters(name),
+                "params": count_parameters(config),
             }
         )
     return rows
@@ -67,18 +58,17 @@ def cmd_info(args) -> int:
     name = resolve_name(args.name)
     config = get_config(name)
     info = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.to_dict().items()}
-    info["params"] = count_parameters(name)
-    with torch.device("meta"):
-        model = create_model(name)
+    info["params"] = count_parameters(config)
+    sizes, windows = config.stage_sizes(), config.stage_windows()
     info["stages"] = [
         {
             "stage": i + 1,
-            "resolution": list(size),
-            "channels": stage.dim,
-            "depth": stage.depth,
-            "window": list(stage.blocks[0].window),
+            "resolution": list(sizes[i]),
+            "channels": config.embed_dim * 2**i,
+            "depth": depth,
+            "window": list(windows[i]),
         }
-        for i, (size, stage) in enumerate(zip(model.stage_sizes(*config.img_size), model.layers, strict=True))
+        for i, depth in enumerate(config.depths)
     ]
     if args.format == "json":
         print(json.dumps(info, indent=2))

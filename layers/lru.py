@@ -1,39 +1,38 @@
-"""A small thread-safe LRU of derived tensors, bounded in entries and bytes."""
+"""A small thread-safe least-recently-used cache, bounded in entries and in bytes."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import Any
 
-import torch
-
-__all__ = ["TensorLRU"]
+__all__ = ["BoundedLRU"]
 
 
-class TensorLRU:
-    """Least-recently-used tensors under hashable keys.
+class BoundedLRU:
+    """Values (anything with an ``nbytes`` attribute: tensors, window plans) under hashable keys.
 
     Inference servers call one model from several threads, and a stream of distinct image sizes must not
     grow memory without bound: at most ``max_items`` entries and ``max_bytes`` in all (the newest entry is
     always kept, even alone over the byte budget, since the next call of the same size needs it).
     """
 
-    def __init__(self, max_items: int = 8, max_bytes: int = 64 << 20):
+    def __init__(self, max_items: int = 16, max_bytes: int = 64 << 20):
         self.max_items = max_items
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+        self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> torch.Tensor | None:
+    def get(self, key: Hashable) -> Any:
         with self._lock:
             value = self._entries.get(key)
             if value is not None:
                 self._entries.move_to_end(key)
             return value
 
-    def put(self, key: Hashable, value: torch.Tensor) -> None:
+    def put(self, key: Hashable, value: Any) -> None:
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
@@ -56,9 +55,10 @@ class TensorLRU:
     def nbytes(self) -> int:
         return self._bytes
 
-    # Modules holding a cache are deep-copied and pickled (DDP, EMA copies); the copy starts empty.
-    def __deepcopy__(self, memo) -> TensorLRU:
-        return TensorLRU(self.max_items, self.max_bytes)
+    # Modules holding a cache are deep-copied and pickled (DDP, EMA copies); the copy starts empty. deepcopy
+    # records the new object in its memo, so blocks that shared one cache share one in the copy too.
+    def __deepcopy__(self, memo) -> BoundedLRU:
+        return BoundedLRU(self.max_items, self.max_bytes)
 
     def __getstate__(self) -> dict:
         return {"max_items": self.max_items, "max_bytes": self.max_bytes}

@@ -1,0 +1,120 @@
+"""How the math runs: decided here, once per forward, never inside the blocks.
+
+The blocks are the paper's equations and run their submodules only through ``forward``, so a user's
+wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things here choose how:
+
+- :func:`image_chunks`: CPU inference in pieces of a few images. On Linux, glibc serves allocations above
+  32 MiB (its largest mmap threshold on 64-bit) with fresh pages from the kernel on every call, and the first
+  write to each page faults; a swin_t batch of 8 at 224 makes a 38.5 MiB MLP hidden tensor in each stage-1
+  block. Images are independent through the whole trunk (LayerNorm is per token), so the model's forward
+  runs on slices of the batch, each small enough that no intermediate passes :data:`CHUNK_BYTES`, and the
+  outputs are the same ops on the same rows. Used only in evaluation without autograd (under autograd each
+  piece would be saved for backward anyway), on CPU (CUDA's caching allocator has no such cost), without
+  autocast, untraced, when no submodule has forward hooks (a hook must see the whole batch once, and FLOP
+  counters attribute work through hooks), and when every submodule is one of ours or torch's own layers: a
+  module of the user's may depend on the whole batch (dynamic quantization takes each call's activation
+  range), so a model holding one runs the batch at once. What it gains: ``swin bench --unchunked``.
+- :func:`window_sdpa`: the attention kernel call for windows, eager or traced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["CHUNK_BYTES", "ENABLED", "image_chunks", "run_in_image_chunks", "window_sdpa"]
+
+# The largest intermediate a piece may make: under glibc's 32 MiB mmap threshold with room to spare.
+CHUNK_BYTES = 24 * 2**20
+# Off: the forward always takes the whole batch at once, as in training (``swin bench --unchunked`` times both).
+ENABLED = True
+
+T = TypeVar("T")
+
+
+def image_chunks(model: torch.nn.Module, x: torch.Tensor, bytes_per_image: Callable[[], int]) -> int | None:
+    """How many images of ``x`` one piece of ``model``'s forward takes, or None for the whole batch at once:
+    pieces only where chunked inference applies (see the module docstring) and one image's largest
+    intermediate, ``bytes_per_image()``, times the batch would pass :data:`CHUNK_BYTES`."""
+    # Traced first: with symbolic sizes every comparison below would add a guard to the graph.
+    if torch.compiler.is_compiling() or not ENABLED:
+        return None
+    if model.training or torch.is_grad_enabled() or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
+        return None
+    batch = x.shape[0]
+    if batch < 2 or not _plain(model):
+        return None
+    per_chunk = max(1, CHUNK_BYTES // max(1, bytes_per_image()))
+    if per_chunk >= batch:
+        return None
+    pieces = -(-batch // per_chunk)
+    return -(-batch // pieces)  # pieces of equal size, the last one may be smaller
+
+
+def run_in_image_chunks(forward: Callable[[torch.Tensor], T], x: torch.Tensor, images: int | None) -> T:
+    """``forward(x)``, computed ``images`` images at a time and concatenated (a tensor, or a list of tensors
+    level by level); ``images=None``: at once."""
+    if images is None:
+        return forward(x)
+    pieces = [forward(part) for part in x.split(images)]
+    if isinstance(pieces[0], torch.Tensor):
+        return torch.cat(pieces)
+    return [torch.cat(level) for level in zip(*pieces, strict=True)]
+
+
+# Modules known to compute each sample on its own (per token or per image): ours and torch.nn's layers.
+_PER_SAMPLE = ("swin.", "torch.nn.modules.")
+
+
+def _plain(model: torch.nn.Module) -> bool:
+    """No forward hooks below ``model`` or global ones, and only modules known to work per sample."""
+    from torch.nn.modules import module as torch_module
+
+    if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
+        return False
+    for m in model.modules():
+        if m is not model and (m._forward_hooks or m._forward_pre_hooks):
+            return False
+        if not type(m).__module__.startswith(_PER_SAMPLE):
+            return False
+    return True
+
+
+def window_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    masked: bool,
+    dropout: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) v for (B, nW, heads, N, d) q, k, v; the heads' outputs side by side,
+    (B, nW, N, heads*d). ``bias`` is (1, heads, N, N), or (1, nW*heads, N, N) with a shift mask merged in.
+
+    SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW); with one,
+    windows and heads share a dimension so that the (nW*heads) bias broadcasts over the batch, which costs a
+    copy of q/k/v unless there is one image (then the bias is viewed per window). Eager, reshapes stay views
+    where they can, and SDPA called on views of the projection writes its output already in token-major order.
+    Traced with symbolic sizes a reshape would have to decide whether it is a view, and the ONNX exporter
+    fails on reshape of the transposed output, so there: explicit copies, then views.
+    """
+    batch, windows, heads, n, head_dim = q.shape
+    tracing = torch.compiler.is_compiling()
+    if tracing:
+        q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
+    if not masked or (batch == 1 and not tracing):
+        shape = (batch * windows, heads, n, head_dim)
+        if masked:
+            bias = bias.view(windows, heads, n, n)
+    else:
+        shape = (batch, windows * heads, n, head_dim)
+    q, k, v = (t.reshape(shape) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
+    out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3)
+    if tracing:
+        return out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, heads * head_dim)
+    return out.reshape(batch, windows, n, heads * head_dim)

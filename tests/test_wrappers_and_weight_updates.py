@@ -1,0 +1,205 @@
+"""A user's wrapper, quantization or weight update is never bypassed: every way of running gives the outputs
+of the math with those modules and weights (issue: one boundary between the math and how it runs).
+
+Expected values come from an independent route: a wrapper's update merged into a plain Linear, or a freshly
+built model loading the new weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch import nn
+
+import swin
+from swin.layers import execution
+
+
+class LoRA(nn.Module):
+    """A low-rank adapter around a Linear: base(x) + B(A(x)), with a non-zero update."""
+
+    def __init__(self, base: nn.Linear, rank: int = 4):
+        super().__init__()
+        self.base = base
+        self.down = nn.Linear(base.in_features, rank, bias=False)
+        self.up = nn.Linear(rank, base.out_features, bias=False)
+        nn.init.normal_(self.down.weight, std=0.1)
+        nn.init.normal_(self.up.weight, std=0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.up(self.down(x))
+
+    def merged(self) -> nn.Linear:
+        linear = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(self.base.weight + self.up.weight @ self.down.weight)
+            if self.base.bias is not None:
+                linear.bias.copy_(self.base.bias)
+        return linear
+
+
+TARGETS = ("attn.proj", "attn.qkv", "mlp.fc1")
+
+MODES = {
+    "train": lambda model: (model.train(), contextlib.nullcontext()),
+    "eval with grad": lambda model: (model.eval(), contextlib.nullcontext()),
+    "no_grad": lambda model: (model.eval(), torch.no_grad()),
+    "inference_mode": lambda model: (model.eval(), torch.inference_mode()),
+}
+
+
+def _wrap(model: nn.Module, target: str) -> list[LoRA]:
+    adapters = []
+    for stage in model.layers:
+        for block in stage.blocks:
+            parent = block.get_submodule(target.rsplit(".", 1)[0])
+            leaf = target.rsplit(".", 1)[1]
+            adapter = LoRA(getattr(parent, leaf))
+            setattr(parent, leaf, adapter)
+            adapters.append(adapter)
+    return adapters
+
+
+def _merge(model: nn.Module, target: str) -> None:
+    for stage in model.layers:
+        for block in stage.blocks:
+            parent = block.get_submodule(target.rsplit(".", 1)[0])
+            leaf = target.rsplit(".", 1)[1]
+            setattr(parent, leaf, getattr(parent, leaf).merged())
+
+
+def _run(model: nn.Module, x: torch.Tensor, mode: str):
+    _, context = MODES[mode](model)
+    with context:
+        out = model(x)
+    out = out if isinstance(out, list) else [out]
+    return [o.detach().clone() for o in out]
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """A budget that makes inference run one image at a time, so the pieces are exercised too."""
+    monkeypatch.setattr(execution, "CHUNK_BYTES", 64 * 2**10)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_wrapper_changes_outputs_identically_in_every_mode_classifier(small_pieces, target):
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(2, 2, 2, 2), drop_path_rate=0.0, num_classes=10)
+    x = torch.randn(2, 3, 224, 224)
+    plain = _run(model, x, "no_grad")
+    _wrap(model, target)
+    outputs = {mode: _run(model, x, mode) for mode in MODES}
+    _merge(model, target)  # the adapters' update folded into plain Linears: the expected outputs
+    expected = _run(model, x, "no_grad")
+    assert (plain[0] - expected[0]).abs().max().item() > 1e-3  # the adapter changes the outputs
+    for mode, out in outputs.items():
+        assert (out[0] - expected[0]).abs().max().item() <= 1e-4, mode
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_wrapper_changes_outputs_identically_in_every_mode_backbone(target):
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", features_only=True, depths=(2, 2, 2, 2), drop_path_rate=0.0)
+    x = torch.randn(1, 3, 800, 1333)
+    _wrap(model, target)
+    outputs = {mode: _run(model, x, mode) for mode in ("train", "no_grad", "inference_mode")}
+    _merge(model, target)
+    expected = _run(model, x, "no_grad")
+    for mode, levels in outputs.items():
+        for got, want in zip(levels, expected, strict=True):
+            assert got.shape == want.shape
+            assert (got - want).abs().max().item() <= 1e-4, mode
+
+
+def test_dynamic_quantization_same_under_inference_mode_and_grad(small_pieces):
+    """Dynamic quantization takes each call's activation range, so a quantized model's outputs depend on the
+    whole batch: it must run the batch at once in inference too. (The float parameters left, the position
+    bias tables, are frozen as for any deployed model: a bias that needs a gradient sends torch's SDPA to
+    another kernel, whose last-bit differences int8 re-quantization then amplifies.)"""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(2, 2, 2, 2), num_classes=10).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8).requires_grad_(False)
+    assert isinstance(quantized.layers[0].blocks[0].attn.proj, torch.ao.nn.quantized.dynamic.Linear)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.inference_mode():
+        fast = quantized(x)
+    with torch.enable_grad():
+        reference = quantized(x)
+    assert (fast - reference).abs().max().item() <= 1e-6
+
+
+def _small(name: str = "swin_t", **kwargs) -> nn.Module:
+    return swin.create_model(name, depths=(2, 2, 2, 2), num_classes=10, **kwargs).eval()
+
+
+def _fresh(state_dict: dict, name: str = "swin_t") -> nn.Module:
+    model = _small(name)
+    model.load_state_dict(state_dict)
+    return model
+
+
+@pytest.mark.parametrize("name", ["swin_t", "swinv2_t_w8"])
+def test_data_writes_after_a_forward(name):
+    torch.manual_seed(0)
+    model, other = _small(name), _small(name)
+    size = swin.get_config(name).img_size
+    x = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        model(x)
+        for p, q in zip(model.parameters(), other.parameters(), strict=True):
+            p.data.copy_(q.data)
+        got = model(x)
+        want = _fresh(other.state_dict(), name)(x)
+    assert (got - want).abs().max().item() <= 1e-6
+
+
+def test_ema_teacher_updates_through_data():
+    torch.manual_seed(0)
+    teacher, student = _small(), _small()
+    x = torch.randn(1, 3, 224, 224)
+    momentum = 0.9
+    for _ in range(10):
+        with torch.no_grad():
+            teacher(x)
+            for p in student.parameters():
+                p.data.add_(torch.randn_like(p) * 0.01)
+            for p, q in zip(teacher.parameters(), student.parameters(), strict=True):
+                p.data.mul_(momentum).add_(q.data, alpha=1 - momentum)
+            got = teacher(x)
+            want = _fresh(teacher.state_dict())(x)
+        assert (got - want).abs().max().item() <= 1e-6
+
+
+def test_functional_call_with_new_parameters_each_call():
+    torch.manual_seed(0)
+    model = _small()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        model(x)
+        for seed in range(3):
+            torch.manual_seed(100 + seed)
+            donor = _small()
+            params = dict(donor.named_parameters())
+            got = torch.func.functional_call(model, params, (x,))
+            want = donor(x)
+            assert (got - want).abs().max().item() <= 1e-6
+
+
+def test_vmap_over_stacked_parameters_of_three_models():
+    torch.manual_seed(0)
+    models = [_small() for _ in range(3)]
+    params, buffers = torch.func.stack_module_state(models)
+    base = _small()
+    x = torch.randn(1, 3, 224, 224)
+
+    def run(p, b):
+        return torch.func.functional_call(base, (p, b), (x,))
+
+    with torch.no_grad():
+        base(x)
+        outputs = torch.vmap(run)(params, buffers)
+        for model, out in zip(models, outputs, strict=True):
+            assert (out - model(x)).abs().max().item() <= 1e-6
