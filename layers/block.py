@@ -79,9 +79,10 @@ class SwinBlock(nn.Module):
         tokens = x.reshape(batch, height * width, channels)
         if plan.pad_token:
             tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
-        windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, -1, channels)
+        n = self.window[0] * self.window[1]  # explicit sizes, not -1: a batch of 0 images has no elements
+        windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, n, channels)
         windows = self.attn(windows, plan.mask)
-        merged = windows.reshape(batch, -1, channels).index_select(1, plan.scatter)
+        merged = windows.reshape(batch, plan.num_windows * n, channels).index_select(1, plan.scatter)
         return merged.view(batch, height, width, channels)
 
     def padded_size(self, height: int, width: int) -> tuple[int, int]:

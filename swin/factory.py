@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .backbone import SwinBackbone
@@ -13,9 +13,26 @@ from .registry import get_config, resolve_name
 __all__ = ["create_model"]
 
 
+def _check_pretrained(pretrained: Any) -> bool:
+    """Whether ``pretrained`` asks for weights; an empty or false-like value other than False/None is an
+    error rather than silently random weights."""
+    if pretrained is None or pretrained is False:
+        return False
+    if isinstance(pretrained, Mapping):
+        if not pretrained:
+            raise ValueError("pretrained= got an empty state dict; pass the checkpoint's tensors, or False")
+        return True
+    if pretrained is True or (isinstance(pretrained, (str, os.PathLike)) and os.fspath(pretrained)):
+        return True
+    raise ValueError(
+        f"pretrained= got {type(pretrained).__name__} {str(pretrained)[:40]!r}: pass False/None (random weights), "
+        "True (the default tag), a tag such as 'ms_in1k', a checkpoint path or URL, or a state dict"
+    )
+
+
 def create_model(
     name: str,
-    pretrained: bool | str | os.PathLike = False,
+    pretrained: bool | str | os.PathLike | Mapping = False,
     features_only: bool = False,
     out_indices: Sequence[int] = (0, 1, 2, 3),
     **overrides: Any,
@@ -25,8 +42,9 @@ def create_model(
     Args:
         name: ``swin_t``, ``swin_b_384``, ``swin_tiny_patch4_window7_224``, ... (see ``swin.list_models()``).
         pretrained: ``False``; ``True`` (the architecture's default tag in the weights manifest); a tag
-            (``"ms_in22k"``) or ``"ARCH.TAG"``; a local checkpoint file or an http(s) URL, in any supported
-            layout (official, timm, torchvision, transformers, mmdetection). A manifest tag also sets
+            (``"ms_in22k"``) or ``"ARCH.TAG"``; a local checkpoint file or an http(s) URL, or a state dict
+            already in memory, in any supported layout (official, timm, torchvision, transformers,
+            mmdetection). A manifest tag also sets
             ``num_classes`` to its head's (21841 for ``ms_in22k``) unless ``num_classes`` is given.
         features_only: return a :class:`SwinBackbone` (multi-scale NCHW features, detection semantics)
             instead of the classifier.
@@ -40,7 +58,8 @@ def create_model(
         TypeError: an override that is not a config field, or of the wrong type.
     """
     canonical = resolve_name(name)
-    if pretrained and not features_only and "num_classes" not in overrides:
+    wanted = _check_pretrained(pretrained)
+    if wanted and not isinstance(pretrained, Mapping) and not features_only and "num_classes" not in overrides:
         from .weights.pretrained import manifest_entry_for
 
         entry = manifest_entry_for(canonical, pretrained)
@@ -54,7 +73,7 @@ def create_model(
         semantics = overrides.pop("semantics", "classification")
         config = get_config(canonical).replace(**overrides)
         model = SwinTransformer.from_config(config, semantics=semantics)
-    if pretrained:
+    if wanted:
         from .weights.pretrained import load_pretrained
 
         load_pretrained(model, canonical, pretrained)

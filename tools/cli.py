@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import pickle
 import sys
-
-from ..registry import UnknownModelError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -51,14 +51,37 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(error: BaseException, limit: int = 600) -> str:
+    """The error as one line: its message (a KeyError's without the quotes), cut at ``limit`` characters."""
+    text = error.args[0] if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
+    text = " ".join(str(text).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; every error becomes one line on stderr and a non-zero exit status
+    (``SWIN_DEBUG=1`` lets the traceback through)."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(_command_of(argv)).parse_args(argv)
     try:
-        return args.func(args)
-    except UnknownModelError as error:
-        print(f"swin {args.command}: {error}", file=sys.stderr)
-        return 2
+        status = args.func(args)
+        sys.stdout.flush()  # inside the try: a closed pipe shows up here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`swin list | head`): stop quietly, and keep the exit flush from failing too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(f"swin {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if os.environ.get("SWIN_DEBUG", "") not in ("", "0"):
+            raise
+        ours = isinstance(error, (KeyError, ValueError, TypeError, OSError, ImportError, pickle.UnpicklingError))
+        kind = "" if ours else f"{type(error).__name__}: "
+        hint = "" if ours else " (SWIN_DEBUG=1 shows the traceback)"
+        print(f"swin {args.command}: {kind}{_one_line(error)}{hint}", file=sys.stderr)
+        return 2 if isinstance(error, KeyError) else 1
 
 
 if __name__ == "__main__":

@@ -96,6 +96,27 @@ def _summarize(keys: list[str], limit: int = 12) -> str:
     return ", ".join(f"{g} ({n} keys)" if n > 1 else g for g, n in groups.items())
 
 
+def common_prefix_hint(keys: list[str], own: set[str]) -> str:
+    """A hint naming the prefix (``encoder.``, ``student.``) that, stripped from ``keys``, would give keys the
+    model has; "" when no prefix explains them."""
+    counts: dict[str, int] = defaultdict(int)
+    for key in keys:
+        parts = key.split(".")
+        for i in range(1, len(parts)):
+            if ".".join(parts[i:]) in own:
+                counts[".".join(parts[:i]) + "."] += 1
+                break
+    if not counts:
+        return ""
+    prefix, hits = max(counts.items(), key=lambda item: item[1])
+    if hits < max(1, len(keys) // 2):
+        return ""
+    return (
+        f" {hits} of its keys carry the prefix {prefix!r}: strip it, e.g. "
+        f"{{k.removeprefix({prefix!r}): v for k, v in state_dict.items()}}, or save the submodule's state_dict()."
+    )
+
+
 def fit_state_dict(
     state_dict: dict[str, torch.Tensor], model: nn.Module, origin: str = "the checkpoint"
 ) -> dict[str, torch.Tensor]:
@@ -138,11 +159,20 @@ def fit_state_dict(
     mismatched += [f"{key}: not in the checkpoint" for key in missing if _TRUNK.match(key)]
     if mismatched:
         name = getattr(getattr(model, "config", None), "name", type(model).__name__)
+        unexpected = [key for key in state_dict if key not in own]
+        hint = common_prefix_hint(unexpected, set(own))
+        extra = (
+            f" The checkpoint has {len(unexpected)} key(s) the model lacks, e.g. {_summarize(unexpected)}."
+            if (unexpected)
+            else ""
+        )
         raise ValueError(
             f"{origin} does not fit the model ({name}): "
             f"{len(mismatched)} trunk key(s) differ, e.g. {'; '.join(mismatched[:8])}"
             + (f"; ... {len(mismatched) - 8} more" if len(mismatched) > 8 else "")
-            + ". Is it a checkpoint of another architecture (depths, embed_dim, num_heads, patch_size)?"
+            + "."
+            + extra
+            + (hint or " Is it a checkpoint of another architecture (depths, embed_dim, num_heads, patch_size)?")
         )
     if dropped or missing:
         parts = [f"loading {origin}:"]

@@ -12,7 +12,10 @@ from .layouts import DETECTION_ORDER, LAYOUTS, Layout
 __all__ = ["convert", "export", "detect_layout", "unwrap"]
 
 _WRAPPERS = ("model", "state_dict", "model_state", "module", "model_ema")
-_PREFIXES = ("module.", "model.", "backbone.")
+# Prefixes that wrap a whole state dict: DDP's module., torch.compile's _orig_mod., a model/backbone attribute.
+_PREFIXES = ("module.", "_orig_mod.", "model.", "backbone.")
+# How deep a checkpoint may nest its state dict ({"model": {"state_dict": ...}}) before it is refused.
+_MAX_NESTING = 8
 # Keys of a Swin trunk in any supported layout; a detector's other parts (neck., rpn_head., ...) never match.
 _TRUNK = re.compile(r"^(patch_embed|layers|stages|features|absolute_pos_embed|embeddings|encoder|swin)\.")
 
@@ -25,10 +28,17 @@ def unwrap(checkpoint: Mapping) -> dict[str, torch.Tensor]:
     they are (loading reports them as keys the model does not have).
     """
     sd = checkpoint
+    seen: set[int] = set()
     while isinstance(sd, Mapping) and not any(isinstance(v, torch.Tensor) for v in sd.values()):
         inner = next((sd[k] for k in _WRAPPERS if isinstance(sd.get(k), Mapping)), None)
         if inner is None:
             break
+        seen.add(id(sd))
+        if id(inner) in seen or len(seen) > _MAX_NESTING:
+            raise ValueError(
+                f"the checkpoint nests its state dict in a cycle or more than {_MAX_NESTING} levels deep "
+                f"(under {', '.join(_WRAPPERS)}); it is not a checkpoint this package can read"
+            )
         sd = inner
     if not isinstance(sd, Mapping):
         raise TypeError(f"expected a state dict (a mapping of names to tensors), got {type(sd).__name__}")
@@ -36,7 +46,7 @@ def unwrap(checkpoint: Mapping) -> dict[str, torch.Tensor]:
     if not tensors:
         raise ValueError(f"no tensors found in the checkpoint; its top-level keys are {sorted(map(str, sd))[:10]}")
     for prefix in _PREFIXES:
-        if all(k.startswith(prefix) for k in tensors):
+        if all(isinstance(k, str) and k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
     backbone = [k for k in tensors if k.startswith("backbone.")]
     if backbone and not any(_TRUNK.match(k) for k in tensors if not k.startswith("backbone.")):

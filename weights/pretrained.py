@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ def manifest_entry_for(name: str, pretrained: bool | str | os.PathLike) -> Pretr
         return manifest.get_entry(name)
     if not isinstance(pretrained, (str, os.PathLike)):
         raise TypeError(
-            f"pretrained must be True, a tag, a file path or a URL, got {type(pretrained).__name__} {pretrained!r}"
+            f"pretrained must be True, a tag, a file path, a URL or a state dict, got {type(pretrained).__name__}"
         )
     value = os.fspath(pretrained)
     if _is_url(value):
@@ -177,7 +178,7 @@ def load_checkpoint(path: str | os.PathLike, source: str = "auto") -> dict[str, 
     return convert(safe_load.load_file(path), source=source)
 
 
-def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.PathLike) -> nn.Module:
+def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.PathLike | Mapping) -> nn.Module:
     """Load weights into ``model`` (built from the registered ``name``); see the module docstring.
 
     The checkpoint's layout is detected from its keys; bias tables are resized to the model's windows,
@@ -190,13 +191,17 @@ def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.Pat
         CorruptCheckpointError: a truncated or unreadable file.
         ValueError: a checkpoint of another architecture (the message lists the mismatched keys).
     """
-    path, entry = resolve(name, pretrained)
-    checkpoint = safe_load.load_file(path)
+    if isinstance(pretrained, Mapping):  # a state dict already in memory
+        path, entry, checkpoint = None, None, pretrained
+        origin = "the state dict given as pretrained="
+    else:
+        path, entry = resolve(name, pretrained)
+        checkpoint = safe_load.load_file(path)
+        origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     state = unwrap(checkpoint)
-    origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     fitted = fit_state_dict(convert(state, source="auto"), model, origin=origin)
     model.load_state_dict(fitted, strict=False)
-    info: dict[str, Any] = {"file": os.fspath(path), "layout": detect_layout(state)}
+    info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}
     if entry is not None:
         info.update(name=entry.name, tag=entry.tag, **entry.data_config())
     model.pretrained_cfg = info
