@@ -83,8 +83,7 @@ class SwinStage(nn.Module):
 
     def padded_size(self, height: int, width: int) -> tuple[int, int]:
         """The map size attention runs on: (height, width) padded to window multiples."""
-        wh, ww = self.window
-        return height + -height % wh, width + -width % ww
+        return self.blocks[0].padded_size(height, width)
 
     def attention_macs(self, height: int, width: int) -> dict[str, int]:
         """The blocks' attention on a (height, width) map: ``msa``, ``wmsa``, ``wmsa_padded`` summed (see
