@@ -55,14 +55,17 @@ def image_chunks(model: torch.nn.Module, x: torch.Tensor, bytes_per_image: Calla
 
 
 def run_in_image_chunks(forward: Callable[[torch.Tensor], T], x: torch.Tensor, images: int | None) -> T:
-    """``forward(x)``, computed ``images`` images at a time and concatenated (a tensor, or a list of tensors
-    level by level); ``images=None``: at once."""
+    """``forward(x)``, computed ``images`` images at a time and concatenated along the batch (a tensor, or
+    lists and tuples of them, element by element); ``images=None``: at once."""
     if images is None:
         return forward(x)
-    pieces = [forward(part) for part in x.split(images)]
+    return _concatenate([forward(part) for part in x.split(images)])
+
+
+def _concatenate(pieces: list):
     if isinstance(pieces[0], torch.Tensor):
         return torch.cat(pieces)
-    return [torch.cat(level) for level in zip(*pieces, strict=True)]
+    return type(pieces[0])(_concatenate(list(level)) for level in zip(*pieces, strict=True))
 
 
 # Modules known to compute each sample on its own (per token or per image): ours and torch.nn's layers.

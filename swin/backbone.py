@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .features import FeatureInfo, stage_info
 from .registry import SwinConfig
 from .trunk import SwinTrunk
 
@@ -56,10 +57,8 @@ class SwinBackbone(SwinTrunk):
         self.norm_eval = norm_eval
         self.out_channels = [config.embed_dim * 2**i for i in out_indices]
         self.strides = [config.patch_size * 2**i for i in out_indices]
-        self.feature_info = [
-            {"num_chs": c, "reduction": s, "module": f"layers.{i}"}
-            for i, c, s in zip(out_indices, self.out_channels, self.strides, strict=True)
-        ]
+        # timm's interface: info on every stage, channels() / reduction() / module_name() for out_indices.
+        self.feature_info = FeatureInfo(stage_info(config.embed_dim, config.patch_size, num_stages), out_indices)
         for i, channels in zip(out_indices, self.out_channels, strict=True):
             self.add_module(f"norm{i}", nn.LayerNorm(channels))
         self.init_weights()

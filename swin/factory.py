@@ -30,17 +30,39 @@ def _check_pretrained(pretrained: Any) -> bool:
     )
 
 
+def _split_tag(name: str, pretrained: Any) -> tuple[str, str | None, Any]:
+    """``"ARCH.TAG"`` -> (arch, tag, what to load): the tag is the weights ``pretrained=True`` loads, and
+    the preprocessing the model describes even with random weights (as timm's ``create_model``)."""
+    arch, dot, tag = name.partition(".")
+    if not dot:
+        return name, None, pretrained
+    if not tag:
+        raise ValueError(f"model name {name!r} ends in a dot; write ARCH or ARCH.TAG (e.g. swin_t.ms_in1k)")
+    if pretrained is True:
+        return arch, tag, tag
+    if isinstance(pretrained, str) and pretrained not in (tag, name):
+        raise ValueError(
+            f"create_model({name!r}, pretrained={pretrained!r}) names two different weights; "
+            f"use create_model({arch!r}, pretrained={pretrained!r}) or create_model({name!r}, pretrained=True)"
+        )
+    return arch, tag, pretrained
+
+
 def create_model(
     name: str,
     pretrained: bool | str | os.PathLike | Mapping = False,
     features_only: bool = False,
     out_indices: Sequence[int] = (0, 1, 2, 3),
+    checkpoint_path: str | os.PathLike | None = None,
     **overrides: Any,
 ) -> SwinTransformer | SwinBackbone:
     """Build the registered architecture ``name`` (timm's names work as aliases).
 
     Args:
-        name: ``swin_t``, ``swin_b_384``, ``swin_tiny_patch4_window7_224``, ... (see ``swin.list_models()``).
+        name: ``swin_t``, ``swin_b_384``, ``swin_tiny_patch4_window7_224``, ... (see ``swin.list_models()``),
+            optionally with a pretrained tag, ``swin_t.ms_in22k`` or timm's
+            ``swin_tiny_patch4_window7_224.ms_in22k``: ``pretrained=True`` then loads that tag, and without
+            weights the model still takes its head size and preprocessing (``pretrained_cfg``).
         pretrained: ``False``; ``True`` (the architecture's default tag in the weights manifest); a tag
             (``"ms_in22k"``) or ``"ARCH.TAG"``; a local checkpoint file or an http(s) URL, or a state dict
             already in memory, in any supported layout (official, timm, torchvision, transformers,
@@ -50,15 +72,26 @@ def create_model(
             instead of the classifier.
         out_indices: with ``features_only``, the stages to return (0..3); ``frozen_stages`` and
             ``norm_eval`` pass through to the backbone as well.
+        checkpoint_path: a checkpoint file (any supported layout) loaded after ``pretrained``, as timm's
+            ``checkpoint_path=``; its head must fit ``num_classes``.
         **overrides: any :class:`swin.registry.SwinConfig` field (``num_classes=10``, ``img_size=384``,
-            ``drop_path_rate=0.2``, ...) and ``semantics``.
+            ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier ``global_pool`` ("avg",
+            "max", "avgmax", "catavgmax", "").
 
     Raises:
         KeyError: unknown name (the message lists the closest registered names).
         TypeError: an override that is not a config field, or of the wrong type.
     """
-    canonical = resolve_name(name)
+    arch, tag, pretrained = _split_tag(name, pretrained)
+    canonical = resolve_name(arch)
     wanted = _check_pretrained(pretrained)
+    named = None  # the manifest entry a tag in the name designates, when nothing is loaded from it
+    if tag is not None and not wanted:
+        from .weights.manifest import get_entry
+
+        named = get_entry(canonical, tag)
+        if not features_only and "num_classes" not in overrides:
+            overrides["num_classes"] = named.num_classes
     if wanted and not isinstance(pretrained, Mapping) and not features_only and "num_classes" not in overrides:
         from .weights.pretrained import manifest_entry_for
 
@@ -70,11 +103,22 @@ def create_model(
         config = get_config(canonical).replace(**overrides)
         model = SwinBackbone(config, out_indices=out_indices, **backbone_args)
     else:
-        semantics = overrides.pop("semantics", "classification")
+        head_args = {k: overrides.pop(k) for k in ("semantics", "global_pool") if k in overrides}
         config = get_config(canonical).replace(**overrides)
-        model = SwinTransformer.from_config(config, semantics=semantics)
-    if wanted:
+        model = SwinTransformer.from_config(config, **head_args)
+    if named is not None:
+        model.pretrained_cfg = {"name": named.name, "file": None, **named.data_config()}
+    if wanted or checkpoint_path is not None:
         from .weights.pretrained import load_pretrained
 
-        load_pretrained(model, canonical, pretrained)
+        if wanted:
+            load_pretrained(model, canonical, pretrained)
+        if checkpoint_path is not None:
+            load_pretrained(model, canonical, _existing_file(checkpoint_path))
     return model
+
+
+def _existing_file(path: str | os.PathLike) -> str:
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint_path={path!r} is not a file; pass the path of a checkpoint")
+    return os.fspath(path)

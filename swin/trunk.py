@@ -156,6 +156,28 @@ class SwinTrunk(nn.Module):
             "or `swin export NAME out.onnx`); torch.compile works too."
         )
 
+    # -- what the model describes about itself (timm's attribute names) ---------------------------------
+
+    @property
+    def pretrained_cfg(self) -> dict:
+        """Preprocessing and origin of the weights, in timm's key names (``input_size``, ``crop_pct``,
+        ``interpolation``, ``mean``, ``std``, ``architecture``, ``tag``, ...), so that
+        ``timm.data.resolve_model_data_config(model)`` resolves Swin's evaluation transform. Derived on every
+        access from the config and the record of what was loaded: never stale."""
+        from .weights.data_config import pretrained_cfg
+
+        return pretrained_cfg(self)
+
+    @pretrained_cfg.setter
+    def pretrained_cfg(self, loaded: dict | None) -> None:
+        # The loader records what it loaded (file, layout, tag and its preprocessing); the rest is derived.
+        self._loaded_cfg = dict(loaded) if loaded else None
+
+    @property
+    def default_cfg(self) -> dict:
+        """timm's older name for :attr:`pretrained_cfg`."""
+        return self.pretrained_cfg
+
     # -- utilities --------------------------------------------------------------------------------------
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

@@ -8,7 +8,7 @@ from torch import nn
 
 from . import manifest
 
-__all__ = ["data_config", "create_transform", "class_names"]
+__all__ = ["data_config", "pretrained_cfg", "create_transform", "class_names"]
 
 # For models whose architecture has no manifest entry: ImageNet statistics and Swin's evaluation crop.
 _FALLBACK = {
@@ -36,23 +36,55 @@ def data_config(model_or_name: nn.Module | str) -> dict[str, Any]:
     """
     if isinstance(model_or_name, str):
         return manifest.get_entry(model_or_name).data_config()
-    loaded = getattr(model_or_name, "pretrained_cfg", None)
-    if isinstance(loaded, dict) and "input_size" in loaded:
-        return {k: loaded[k] for k in _keys()}
-    config = getattr(model_or_name, "config", None)
+    cfg = pretrained_cfg(model_or_name)
+    return {k: cfg[k] for k in _keys()}
+
+
+def pretrained_cfg(model: nn.Module) -> dict[str, Any]:
+    """``model.pretrained_cfg``, in timm's key names: what was loaded (recorded by the loader or by
+    ``create_model("ARCH.TAG")``), else the architecture's default tag at the model's own ``img_size``.
+
+    Computed on every access from the model's config and the record of what was loaded, so it can never
+    disagree with the model (timm's ``resolve_model_data_config`` reads it).
+    """
+    config = getattr(model, "config", None)
     if config is None:
-        raise TypeError(f"expected a model name or a swin model, got {type(model_or_name).__name__}")
+        raise TypeError(f"expected a model name or a swin model, got {type(model).__name__}")
+    loaded = dict(getattr(model, "_loaded_cfg", None) or {})
+    if "input_size" in loaded:
+        base = {k: loaded[k] for k in _keys() if k in loaded}
+        entry_name = loaded.get("name")
+    else:
+        base, entry_name = _from_config(config)
+    height, width = config.img_size
+    stride = config.patch_size * 2 ** (len(config.depths) - 1)
+    tag = entry_name.split(".", 1)[1] if entry_name else None
+    return {
+        "architecture": config.name,
+        "tag": tag,
+        **base,
+        "pool_size": (-(-height // stride), -(-width // stride)),
+        "first_conv": "patch_embed.proj",
+        "classifier": "head",
+        **{k: v for k, v in loaded.items() if k not in base},
+    }
+
+
+def _from_config(config) -> tuple[dict[str, Any], str | None]:
+    """The default tag's preprocessing at the config's image size (ImageNet statistics without a tag)."""
     try:
         entry = manifest.get_entry(config.name)
     except KeyError:  # an architecture without pretrained weights
-        base, labels = {**_FALLBACK, "input_size": None}, None
+        base, labels, name = {**_FALLBACK, "input_size": None}, None, None
     else:
-        base, labels = entry.data_config(), (entry.labels if entry.num_classes == config.num_classes else None)
+        base = entry.data_config()
+        labels = entry.labels if entry.num_classes == config.num_classes else None
+        name = entry.name
     height, width = config.img_size
     if base["input_size"] is None or tuple(base["input_size"][1:]) != (height, width):
         base["resize_size"] = int(min(height, width) / base["crop_pct"])
     base.update(input_size=(config.in_chans, height, width), num_classes=config.num_classes, labels=labels)
-    return base
+    return base, name
 
 
 def _keys() -> tuple[str, ...]:
