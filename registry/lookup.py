@@ -114,9 +114,10 @@ def get_config(name: str) -> SwinConfig:
 
 
 def list_models(pattern: str | None = None) -> list[str]:
-    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given."""
+    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given: a name matches
+    when it or one of its aliases does (``"*tiny*"`` finds ``swin_t`` through timm's name)."""
     _ensure_loaded()
     names = sorted(_configs)
     if pattern is not None:
-        names = [n for n in names if fnmatch.fnmatch(n, pattern)]
+        names = [n for n in names if any(fnmatch.fnmatchcase(k, pattern) for k in (n, *_configs[n].aliases))]
     return names

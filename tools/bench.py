@@ -293,10 +293,10 @@ def _table(rows: list[dict]) -> str:
 def register(sub) -> None:
     p = sub.add_parser("bench", help="time ours against timm and torchvision (same weights, interleaved)")
     p.add_argument("--only", nargs="*", help="run only cases whose name contains one of these strings")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case; the median is shown (default 5)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--batch", type=int, default=64, help="batch for the b8 cases on CUDA")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
     p.add_argument(
         "--compile",
         action="store_true",

@@ -31,8 +31,11 @@ COMMANDS = {
 
 def _command_of(argv: list[str]) -> str | None:
     """The subcommand named in ``argv`` (the first word that is not an option), if it is one of ours."""
-    for word in argv:
-        if not word.startswith("-"):
+    words = iter(argv)
+    for word in words:
+        if word == "--models-file":  # the global option that takes a value
+            next(words, None)
+        elif not word.startswith("-"):
             return word if word in COMMANDS else None
     return None
 
@@ -41,6 +44,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with the full arguments of ``command`` (its module's commands) and one-line stubs for the
     others; ``command=None``: stubs only (enough for ``swin --help`` and for naming a wrong command)."""
     parser = argparse.ArgumentParser(prog="swin", description="Swin Transformer backbones: models, costs, weights.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--models-file",
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="register the architectures of a YAML file (as registry/models.yaml) for this command; repeatable. "
+        f"${MODELS_ENV} (paths separated by {os.pathsep!r}) does the same for every command",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     loaded = COMMANDS[command][0] if command else None
     for name, (module, help_text) in COMMANDS.items():
@@ -49,6 +61,32 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if loaded:
         importlib.import_module(f"{__package__}.{loaded}").register(sub)
     return parser
+
+
+MODELS_ENV = "SWIN_MODELS"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("swin")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "(not installed)"
+
+
+def _register_model_files(paths: list[str]) -> None:
+    """Make user YAML architectures visible to the command: ``$SWIN_MODELS`` first, then ``--models-file``."""
+    from_env = [p for p in os.environ.get(MODELS_ENV, "").split(os.pathsep) if p]
+    if not from_env and not paths:
+        return
+    from ..registry import register_model
+
+    for path in [*from_env, *paths]:
+        origin = f"${MODELS_ENV}" if path in from_env else "--models-file"
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{origin}: {path} is not a file; give the path of a YAML file of architectures")
+        register_model(path, overwrite=True)
 
 
 def _one_line(error: BaseException, limit: int = 600) -> str:
@@ -64,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(_command_of(argv)).parse_args(argv)
     try:
+        _register_model_files(args.models_file)
         status = args.func(args)
         sys.stdout.flush()  # inside the try: a closed pipe shows up here, not at interpreter exit
         return status

@@ -418,7 +418,9 @@ def register(sub) -> None:
         "--semantics", choices=("classification", "detection"), default="classification", help="padding rules"
     )
     p.add_argument("--sweep", type=_sizes, default=None, metavar="224,512,1024", help="cost against image size")
-    p.add_argument("--format", choices=("table", "markdown", "json", "csv"), default="table")
+    p.add_argument(
+        "--format", choices=("table", "markdown", "json", "csv"), default="table", help="output format (default: table)"
+    )
     p.add_argument(
         "--plot", metavar="FILE.png", help="draw the sweep (default sizes without --sweep); needs matplotlib"
     )

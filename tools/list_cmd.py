@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import sys
 
 from ..registry import get_config, list_models, resolve_name
 from ..registry.params import count_parameters
 
-__all__ = ["model_rows", "cmd_list", "cmd_info", "register"]
+__all__ = ["matching_models", "model_rows", "cmd_list", "cmd_info", "register"]
+
+
+def matching_models(pattern: str | None) -> list[str]:
+    """Architectures matching a shell-style pattern on their name or a timm alias; with a dot, on
+    ``NAME.TAG`` too (``'*.ms_in22k'``: those with ImageNet-22K weights)."""
+    if pattern is None or "." not in pattern:
+        return list_models(pattern)
+    from ..weights import manifest
+
+    arch_pattern, _, tag_pattern = pattern.partition(".")
+    return [
+        name
+        for name in list_models(arch_pattern)
+        if any(fnmatch.fnmatchcase(tag, tag_pattern) for tag in manifest.tags(name))
+    ]
 
 
 def model_rows(pattern: str | None = None) -> list[dict]:
     rows = []
-    for name in list_models(pattern):
+    for name in matching_models(pattern):
         config = get_config(name)
         rows.append(
             {
@@ -35,6 +52,11 @@ def cmd_list(args) -> int:
 
         return cmd_list_pretrained(args)
     rows = model_rows(args.pattern)
+    if not rows:
+        print(
+            f"swin list: no model matches {args.pattern!r} (names and timm aliases; see `swin list`)", file=sys.stderr
+        )
+        return 1
     if args.format == "json":
         print(json.dumps(rows, indent=2))
     elif args.format == "markdown":
@@ -46,12 +68,26 @@ def cmd_list(args) -> int:
                 f"| {r['window_size']} | {r['embed_dim']} | {r['depths']} | {r['num_heads']} | {r['params']:,} |"
             )
     else:
-        for r in rows:
-            print(
-                f"{r['name']:<12} {r['img_size'][0]}x{r['img_size'][1]:<5} window {r['window_size']:<3} "
-                f"params {r['params'] / 1e6:7.2f}M  ({', '.join(r['aliases'])})"
+        table = [
+            (
+                r["name"],
+                f"{r['img_size'][0]}x{r['img_size'][1]}",
+                str(r["window_size"]),
+                f"{r['params'] / 1e6:.2f}M",
+                ", ".join(r["aliases"]),
             )
+            for r in rows
+        ]
+        print_table(("model", "input", "window", "params", "timm name"), table, right=(2, 3))
     return 0
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[int, ...] = ()) -> None:
+    """Columns as wide as their widest cell (numbers in ``right`` columns aligned right)."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        print("  ".join(cells).rstrip())
 
 
 def cmd_info(args) -> int:
@@ -59,6 +95,8 @@ def cmd_info(args) -> int:
     config = get_config(name)
     info = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.to_dict().items()}
     info["params"] = count_parameters(config)
+    info["gmacs"] = round(analytic_gmacs(name), 3)
+    info["tags"] = _tags(name)
     sizes, windows = config.stage_sizes(), config.stage_windows()
     info["stages"] = [
         {
@@ -87,6 +125,25 @@ def cmd_info(args) -> int:
     ):
         print(f"  {key:<15} {info[key]}")
     print(f"  {'params':<15} {info['params']:,}")
+    height, width = config.img_size
+    print(f"  {'GMACs':<15} {info['gmacs']:.2f} at {height}x{width} (multiply-adds; GFLOPs = 2 x GMACs)")
+    if info["tags"]:
+        print(
+            "  pretrained tags (`swin list --pretrained` for all; load with create_model(NAME.TAG, pretrained=True)):"
+        )
+        rows = [
+            (
+                t["tag"] + (" (default)" if t["default"] else ""),
+                f"{t['num_classes']} classes",
+                "-" if t["top1"] is None else f"top-1 {t['top1']:.2f}",
+            )
+            for t in info["tags"]
+        ]
+        widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+        for row in rows:
+            print("    " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    else:
+        print("  pretrained tags: none (random weights, or create_model(..., pretrained=PATH_OR_URL))")
     for s in info["stages"]:
         h, w = s["resolution"]
         print(
@@ -96,14 +153,50 @@ def cmd_info(args) -> int:
     return 0
 
 
+def analytic_gmacs(name: str) -> float:
+    """Multiply-adds (G) of one image at the architecture's own size, from the modules' analytic counts
+    (built on the meta device: no memory, no initialisation)."""
+    import torch
+
+    from ..costs import analytic_macs
+    from ..factory import create_model
+
+    with torch.device("meta"):
+        model = create_model(name)
+    return analytic_macs(model, get_config(name).img_size)["total"] / 1e9
+
+
+def _tags(name: str) -> list[dict]:
+    from ..weights import manifest
+
+    return [
+        {
+            "tag": entry.tag,
+            "default": entry.default,
+            "num_classes": entry.num_classes,
+            "top1": entry.metrics.get("top1"),
+            "top5": entry.metrics.get("top5"),
+        }
+        for entry in manifest.entries()
+        if entry.arch == name
+    ]
+
+
 def register(sub) -> None:
     p = sub.add_parser("list", help="registered architectures")
-    p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'swin_b*'")
-    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    p.add_argument(
+        "pattern",
+        nargs="?",
+        help="shell-style filter on names and timm aliases, e.g. 'swin_b*' or '*tiny*'; NAME.TAG patterns such as "
+        "'*.ms_in22k' select architectures by pretrained tag",
+    )
+    p.add_argument(
+        "--format", choices=("table", "markdown", "json"), default="table", help="output format (default: table)"
+    )
     p.add_argument("--pretrained", action="store_true", help="list the pretrained checkpoints (ARCH.TAG) instead")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("info", help="configuration, parameters and stages of one architecture")
     p.add_argument("name", help="registered name or timm alias, e.g. swin_t")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
     p.set_defaults(func=cmd_info)

@@ -191,7 +191,7 @@ def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any],
 def cmd_validate(args: argparse.Namespace) -> int:
     try:
         images = find_images(args.data)
-        model, config, entry = _load(args.name, args.checkpoint)
+        model, config, entry = _load(args.name, args.weights)
         mapping = class_indices(list(images), model.num_classes, config.get("labels"))
     except (DatasetError, FileNotFoundError, ValueError, KeyError, UnsafeCheckpointError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
@@ -211,7 +211,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "model": resolve_name(args.name.partition(".")[0]),
         "tag": entry.tag if entry else None,
-        "checkpoint": args.checkpoint,
+        "checkpoint": args.weights,
         "weights": getattr(model, "pretrained_cfg", {}).get("file"),
         "data": os.fspath(args.data),
         "num_images": n,
@@ -267,15 +267,18 @@ def register(sub) -> None:
     p.add_argument("name", help="NAME or NAME.TAG, e.g. swin_t or swin_t.ms_in22k_ft_in1k (default tag without one)")
     p.add_argument("--data", required=True, type=Path, help="ImageFolder root, e.g. imagenet/val")
     p.add_argument(
+        "--weights",
         "--checkpoint",
+        dest="weights",
+        metavar="FILE",
         help="a local checkpoint (official, timm or torchvision layout) instead of the tag's download; "
-        "preprocessing from TAG if given, else the architecture's default tag",
+        "preprocessing from TAG if given, else the architecture's default tag (--checkpoint: the old name)",
     )
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default 64)")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="data loading processes")
     p.add_argument("--bf16", action="store_true", help="run the model under bfloat16 autocast")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output: table (default) or json")
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
