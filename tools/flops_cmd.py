@@ -6,6 +6,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -333,8 +334,32 @@ def render_sweep(reports: list[dict], fmt: str = "table", as_flops: bool = False
     return "\n".join(lines)
 
 
-def plot_sweep(reports: list[dict], path: str, as_flops: bool = False) -> None:
-    """Draw model cost against pixels (log-log: MSA has slope 2, W-MSA slope 1) into a PNG at ``path``."""
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def plot_format(path: str) -> str:
+    """The image format ``path``'s extension names (png, svg, pdf); a clear error for any other, and for a
+    folder that does not exist (checked before the sweep runs)."""
+    extension = os.path.splitext(path)[1].lower().lstrip(".")
+    if extension not in PLOT_FORMATS:
+        raise ValueError(
+            f"--plot {path}: cannot tell the image format from {'.' + extension if extension else 'no extension'}; "
+            f"end the file name in {', '.join('.' + f for f in PLOT_FORMATS)}"
+        )
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--plot {path}: the folder {folder} does not exist; create it or choose another path")
+    return extension
+
+
+def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int = 120) -> None:
+    """Draw cost against pixels into ``path`` (PNG, SVG or PDF by its extension), in two panels.
+
+    Left, log-log: on such axes every power law is a straight line, so dotted guides of slope 1 (linear)
+    and slope 2 (quadratic) through the first point show which one each curve follows. Right: how many
+    times global MSA costs W-MSA, which grows with the image (a constant for two linear costs).
+    """
+    fmt = plot_format(path)
     try:
         import matplotlib
 
@@ -348,24 +373,50 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False) -> None:
     def series(key: str) -> list[float]:
         return [r["macs"][key] * units.factor / 1e9 for r in reports]
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    axes.plot(pixels, series("msa"), "o-", label="global MSA in every block")
-    axes.plot(pixels, series("ideal"), "s-", label="W-MSA (the paper's count)")
-    axes.plot(pixels, series("analytic"), "^--", label="W-MSA as it runs (padded)")
+    figure, (cost, ratio) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 2]})
+    cost.plot(pixels, series("msa"), "o-", label="global MSA in every block")
+    cost.plot(pixels, series("ideal"), "s-", label="W-MSA (the paper's count)")
+    cost.plot(pixels, series("analytic"), "^--", label="W-MSA as it runs (padded)")
     if all(r["macs"]["measured"] is not None for r in reports):
-        axes.plot(pixels, series("measured"), "x", color="black", markersize=9, label="measured forward")
+        cost.plot(pixels, series("measured"), "x", color="black", markersize=9, label="measured forward")
+    for slope, style in ((1, "slope 1 (linear)"), (2, "slope 2 (quadratic)")):
+        base = series("msa")[0]  # both guides from the first MSA point: MSA bends from one toward the other
+        guide = [base * (x / pixels[0]) ** slope for x in pixels]
+        cost.plot(pixels, guide, ":", color="grey", linewidth=1)
+        cost.annotate(
+            style,
+            (pixels[-1], guide[-1]),
+            fontsize=8,
+            color="grey",
+            textcoords="offset points",
+            xytext=(-4, 6),
+            ha="right",
+        )
     for r, x in zip(reports, pixels, strict=True):
         point = (x, r["macs"]["ideal"] * units.factor / 1e9)
-        axes.annotate(_hw(r["img_size"]), point, fontsize=8, textcoords="offset points", xytext=(4, -12))
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlabel("input pixels (millions)")
-    axes.set_ylabel(f"G{units.name} per image" + ("" if as_flops else " (multiply-accumulates)"))
-    axes.set_title(f"{reports[0]['model']}, window {reports[0]['window_size']}: MSA quadratic, W-MSA linear")
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
+        cost.annotate(_hw(r["img_size"]), point, fontsize=8, textcoords="offset points", xytext=(0, -14), ha="center")
+    cost.set_xscale("log")
+    cost.set_yscale("log")
+    cost.margins(x=0.12, y=0.18)  # room for the size labels inside the axes
+    cost.set_xlabel("input pixels (millions)")
+    cost.set_ylabel(f"G{units.name} per image" + ("" if as_flops else " (multiply-adds)"))
+    cost.set_title("cost against image size (log-log)")
+    cost.grid(True, which="both", alpha=0.3)
+    cost.legend(fontsize=8, loc="upper left")
+
+    times = [m / w for m, w in zip(series("msa"), series("ideal"), strict=True)]
+    ratio.plot(pixels, times, "o-", color="tab:red")
+    for x, t in zip(pixels, times, strict=True):
+        ratio.annotate(f"{t:.1f}x", (x, t), fontsize=8, textcoords="offset points", xytext=(0, 6), ha="center")
+    ratio.set_ylim(bottom=0, top=max(times) * 1.15)
+    ratio.margins(x=0.1)
+    ratio.set_xlabel("input pixels (millions)")
+    ratio.set_ylabel("MSA / W-MSA")
+    ratio.set_title("MSA cost / W-MSA cost")
+    ratio.grid(True, alpha=0.3)
+    figure.suptitle(f"{reports[0]['model']}, window {reports[0]['window_size']}: MSA quadratic, W-MSA linear")
     figure.tight_layout()
-    figure.savefig(path, format="png", dpi=120)
+    figure.savefig(path, format=fmt, dpi=dpi)
     plt.close(figure)
 
 
@@ -376,12 +427,18 @@ def cmd_flops(args) -> int:
     name = resolve_name(args.name)
     measure = not args.no_measure
     try:
+        if args.plot:
+            if args.img_size is not None:
+                raise ValueError(
+                    "--img-size does not apply to --plot, which draws a sweep of square sizes; "
+                    "give them with --sweep 224,512,1024 (or drop --plot for one size)"
+                )
+            plot_format(args.plot)  # before the sweep, which takes a while
         if args.sweep or args.plot:
             reports = sweep(name, args.sweep or list(DEFAULT_SWEEP), args.window, args.semantics, measure)
             if args.plot:
-                plot_sweep(reports, args.plot, args.flops)
-            if args.sweep:
-                print(render_sweep(reports, args.format, args.flops))
+                plot_sweep(reports, args.plot, args.flops, args.dpi)
+            print(render_sweep(reports, args.format, args.flops))
             if args.plot:
                 print(f"wrote {args.plot}", file=sys.stderr)
         else:
@@ -422,8 +479,11 @@ def register(sub) -> None:
         "--format", choices=("table", "markdown", "json", "csv"), default="table", help="output format (default: table)"
     )
     p.add_argument(
-        "--plot", metavar="FILE.png", help="draw the sweep (default sizes without --sweep); needs matplotlib"
+        "--plot",
+        metavar="FILE",
+        help="draw the sweep (default sizes without --sweep) into FILE.png, .svg or .pdf; needs matplotlib",
     )
+    p.add_argument("--dpi", type=int, default=120, help="resolution of a --plot PNG (default 120)")
     p.add_argument("--flops", action="store_true", help="print FLOPs = 2 x MACs instead of MACs")
     p.add_argument("--no-measure", action="store_true", help="analytic count only, no counted forward")
     p.set_defaults(func=cmd_flops)

@@ -177,3 +177,40 @@ def test_gap_over_one_percent_fails(capsys, monkeypatch):
     code, out, err = run(capsys, "swin_t")
     assert code == 1
     assert "FAIL" in out.splitlines()[-1] and "swin flops: FAIL" in err
+
+
+@pytest.mark.parametrize("extension, magic", [("svg", b"<?xml"), ("pdf", b"%PDF"), ("png", b"\x89PNG")])
+def test_plot_format_follows_the_extension(capsys, tmp_path, extension, magic):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / f"cost.{extension}"
+    code, out, _ = run(capsys, "swin_t", "--sweep", "224,448", "--plot", str(path), "--no-measure", "--format", "json")
+    assert code == 0 and path.read_bytes().startswith(magic)
+    assert [r["img_size"] for r in json.loads(out)] == [[224, 224], [448, 448]]  # --format honoured with --plot
+
+
+def test_plot_dpi(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    import struct
+
+    sizes = []
+    for dpi in (50, 100):
+        path = tmp_path / f"p{dpi}.png"
+        assert run(capsys, "swin_t", "--sweep", "224", "--plot", str(path), "--no-measure", "--dpi", str(dpi))[0] == 0
+        sizes.append(struct.unpack(">II", path.read_bytes()[16:24]))  # the PNG IHDR width and height
+    assert sizes[1] == (2 * sizes[0][0], 2 * sizes[0][1])
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--plot", "cost.gif"], "end the file name in .png, .svg, .pdf"),
+        (["--plot", "cost"], "no extension"),
+        (["--plot", "nodir/cost.png"], "does not exist"),
+        (["--plot", "cost.png", "--img-size", "800,1333"], "--img-size does not apply to --plot"),
+    ],
+)
+def test_plot_arguments_are_checked_before_the_sweep(capsys, tmp_path, monkeypatch, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    code, _, err = run(capsys, "swin_t", *arguments)
+    assert code == 2 and message in err and not list(tmp_path.iterdir())
