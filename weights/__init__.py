@@ -13,9 +13,11 @@ from .layouts import LAYOUTS
 from .manifest import PretrainedEntry, get_entry, list_pretrained, register_pretrained
 from .pretrained import WeightsNotFoundError, fetch, fetch_url, load_checkpoint, load_pretrained
 from .safe_load import CorruptCheckpointError, UnsafeCheckpointError, load_file
+from .storage import CacheDirError
 
 __all__ = [
     "LAYOUTS",
+    "CacheDirError",
     "CorruptCheckpointError",
     "DownloadError",
     "PretrainedEntry",

@@ -1,28 +1,376 @@
-"""Atomic downloads: into a temporary file beside the destination, renamed only after every check passed.
+"""Plain-URL downloads: atomic, bounded in time and size, and careful with credentials.
 
-An interrupted, truncated, corrupt or tampered download therefore never leaves a file at the destination
-that a later run would trust: the temporary file is removed on any failure (including Ctrl-C).
+Atomic: the body goes into a temporary ``.part`` file beside the destination, renamed only after every check
+passed, so an interrupted, truncated, corrupt or tampered download never leaves a file a later run would
+trust. The temporary file is removed on any failure (Ctrl-C included); one left by a killed process is
+swept by the next download into the same directory once it has not been written for ``STALE_PART_AGE``
+(a day: no live download goes that long without writing, and age works across machines sharing the
+directory, where a writer's process id would not).
+
+Bounded: an overall deadline (``timeout=`` or ``$SWIN_DOWNLOAD_TIMEOUT``, default an hour) cuts even a
+server that drips a byte at a time, and a size cap (``max_bytes=`` or ``$SWIN_MAX_DOWNLOAD_BYTES``, default
+8 GiB) stops an endless body before it fills the disk.
+
+Credentials: redirects are followed here, hop by hop, not by urllib (which resends every header to any
+host). The caller's headers and the URL's ``user:password@`` go only to the URL's own origin (scheme, host
+and port); an https -> http redirect is refused unless the download started on http; and every message
+shows URLs through :func:`redact` (``https://user:***@host/...``).
 """
 
 from __future__ import annotations
 
+import base64
+import errno
 import hashlib
 import http.client
+import math
 import os
+import re
+import socket
 import sys
 import tempfile
+import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-__all__ = ["DownloadError", "download"]
+from .size_limits import byte_setting
 
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_TIMEOUT",
+    "STALE_PART_AGE",
+    "DestinationError",
+    "DownloadError",
+    "check_digest",
+    "download",
+    "download_timeout",
+    "file_sha256",
+    "max_download_bytes",
+    "origin",
+    "part_name_prefix",
+    "redact",
+    "redirect_keeps_credentials",
+    "strip_userinfo",
+    "sweep_stale_parts",
+]
+
+DEFAULT_TIMEOUT = 3600.0  # seconds for a whole download
+DEFAULT_MAX_BYTES = 8 * 2**30  # larger than any published Swin checkpoint (swin_l 22k: ~0.9 GB)
+READ_TIMEOUT = 60.0  # seconds without a byte before a connection counts as dead
+STALE_PART_AGE = 24 * 3600.0  # seconds without a write after which a .part file is a dead download's
+MAX_REDIRECTS = 10
 _CHUNK = 1 << 20
+_PART_SUFFIX = ".part"
+_NAME_IN_PART = 40  # characters of the file name kept in its .part name: long names still fit the file system
+_REDIRECT_CODES = {301, 302, 303, 307, 308}
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# Query (or fragment) keys whose values are credentials in signed or tokenised URLs; their values are hidden.
+_SECRET_KEY = re.compile(r"token|sig|signature|secret|passw|pwd|credential|auth|api[-_]?key|^key$|^pw$", re.IGNORECASE)
 
 
 class DownloadError(OSError):
     """A download failed or its result did not check out; nothing was left at the destination."""
+
+
+class DestinationError(DownloadError):
+    """The destination directory cannot be created or written (a file in the way, no permission, a name too
+    long for the file system); ``cause`` is the underlying OSError. Nothing was downloaded."""
+
+    def __init__(self, message: str, dest: Path, cause: OSError) -> None:
+        super().__init__(message)
+        self.dest = dest
+        self.cause = cause
+
+
+def _redact_pairs(text: str) -> str:
+    pairs = []
+    for pair in text.split("&"):
+        key, sep, value = pair.partition("=")
+        pairs.append(f"{key}=***" if sep and value and _SECRET_KEY.search(urllib.parse.unquote(key)) else pair)
+    return "&".join(pairs)
+
+
+def redact(url: str) -> str:
+    """``url`` fit for a message or a log: the password of ``user:password@`` and the values of token- or
+    signature-like query parameters replaced by ``***`` (a bare ``token@`` userinfo is hidden whole)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<an unparsable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, sep, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if sep else f"***@{host}"
+    hidden = parts._replace(netloc=netloc, query=_redact_pairs(parts.query), fragment=_redact_pairs(parts.fragment))
+    return hidden.geturl()
+
+
+def strip_userinfo(url: str) -> str:
+    """``url`` without its ``user:password@`` part."""
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl() if "@" in parts.netloc else url
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of ``url``, the port defaulted by scheme: what must match for credentials to go."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme, 0)
+
+
+def redirect_keeps_credentials(first: str, current: str, target: str) -> bool:
+    """The redirect policy: may the download go from ``current`` to ``target``, and with credentials?
+
+    ``first`` is the URL the download started from. Returns True when ``target`` has the origin of ``first``
+    (credentials and the caller's headers are sent), False for any other origin (they are not).
+
+    Raises:
+        DownloadError: ``target`` is not http(s), or an https -> http downgrade of a download that started
+            on https (its content, and the fact that it is wanted, would go over the network in clear).
+    """
+    scheme = urllib.parse.urlsplit(target).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise DownloadError(f"{redact(first)}: redirected to {redact(target)}, which is not an http(s) URL")
+    if scheme == "http" and urllib.parse.urlsplit(current).scheme.lower() == "https":
+        if urllib.parse.urlsplit(first).scheme.lower() != "http":
+            raise DownloadError(
+                f"{redact(first)}: refusing the redirect from {redact(current)} to {redact(target)}, a downgrade "
+                "from https to plain http; download the file by other means and pass its local path"
+            )
+    return origin(target) == origin(first)
+
+
+def _positive(name: str, raw: str, kind: type, example: str) -> float | int:
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not (0 < value < math.inf):
+        raise ValueError(f"{name}={raw!r} is not a positive {'number' if kind is float else 'whole number'}; {example}")
+    return value
+
+
+def download_timeout(value: float | None = None) -> float:
+    """The overall deadline in seconds: ``value``, else ``$SWIN_DOWNLOAD_TIMEOUT``, else an hour."""
+    if value is not None:
+        return float(_positive("timeout", value, float, "e.g. timeout=600 for ten minutes"))
+    raw = os.environ.get("SWIN_DOWNLOAD_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    return float(_positive("SWIN_DOWNLOAD_TIMEOUT", raw, float, "set it in seconds, e.g. 7200 for two hours"))
+
+
+def max_download_bytes(value: int | None = None) -> int:
+    """The size cap in bytes: ``value``, else ``$SWIN_MAX_DOWNLOAD_BYTES``, else 8 GiB."""
+    if value is not None:
+        return int(_positive("max_bytes", value, int, "e.g. max_bytes=2**30 for 1 GiB"))
+    return byte_setting("SWIN_MAX_DOWNLOAD_BYTES", DEFAULT_MAX_BYTES)  # 4096, 512M, 16G: as the checkpoint bound
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of the file at ``path``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_digest(what: str, hexdigest: str, *, sha256: str | None = None, sha256_prefix: str | None = None) -> None:
+    """Raise :class:`DownloadError` (its message starting with ``what``) unless ``hexdigest`` is ``sha256`` and
+    starts with ``sha256_prefix``."""
+    if sha256 is not None and hexdigest != sha256.lower():
+        raise DownloadError(f"{what}: sha256 {hexdigest} does not match the expected {sha256.lower()}")
+    if sha256_prefix is not None and not hexdigest.startswith(sha256_prefix.lower()):
+        raise DownloadError(
+            f"{what}: sha256 {hexdigest} does not start with {sha256_prefix.lower()}, the expected prefix"
+        )
+
+
+def sweep_stale_parts(directory: str | os.PathLike, *, keep: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the ``.NAME.*.part`` files of dead downloads in ``directory`` (untouched for ``STALE_PART_AGE``);
+    return what was removed. Files a live download is writing are recent and stay."""
+    removed = []
+    now = time.time()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        path = Path(directory, name)
+        if not (name.startswith(".") and name.endswith(_PART_SUFFIX)) or (keep is not None and path == Path(keep)):
+            continue
+        try:
+            if now - path.lstat().st_mtime > STALE_PART_AGE:
+                path.unlink()
+                removed.append(path)
+        except OSError:  # gone already (another process swept it) or not ours to remove
+            continue
+    return removed
+
+
+def part_name_prefix(name: str) -> str:
+    """Prefix of the temporary file of a download to ``name`` (the sweep recognises ``.*.part``)."""
+    return f".{name[:_NAME_IN_PART]}."
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    for directory in directories:  # deepest first
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (another download) or already gone
+            break
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows) or not answered by this file system
+        return 255
+
+
+def _open_part(dest: Path, shown: str) -> tuple[list[Path], int, str]:
+    """Create ``dest``'s directory and a temporary file in it; return (directories created, fd, temp path)."""
+    created = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if len(os.fsencode(dest.name)) > _name_max(dest.parent):  # found now, not after the whole transfer
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), os.fspath(dest))
+        fd, tmp = tempfile.mkstemp(prefix=part_name_prefix(dest.name), suffix=_PART_SUFFIX, dir=dest.parent)
+    except OSError as error:
+        _remove_empty(created)
+        reason = f"{error.strerror or error}: {error.filename}" if error.filename else str(error.strerror or error)
+        raise DestinationError(f"{shown}: cannot write {dest} ({reason})", dest, error) from None
+    return created, fd, tmp
+
+
+class _Watch:
+    """Shuts the download's sockets down when the overall deadline passes: a read blocked in the middle of a
+    dripped status line or header returns at once, which a per-read timeout alone never achieves."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            fired = self.fired
+        if fired:
+            self._shutdown(sock)
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            self._shutdown(sock)
+
+    @staticmethod
+    def _shutdown(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed
+            pass
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+
+class _Watched:
+    """A connection whose socket the deadline watch can shut down (mixed into http.client's classes)."""
+
+    def __init__(self, *args, watch: _Watch, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._watch = watch
+
+    def connect(self) -> None:
+        super().connect()
+        self._watch.add(self.sock)
+
+
+class _WatchedHTTP(_Watched, http.client.HTTPConnection):
+    pass
+
+
+class _WatchedHTTPS(_Watched, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__()
+        self._watch = watch
+
+    def http_open(self, req):
+        return self.do_open(lambda *a, **k: _WatchedHTTP(*a, watch=self._watch, **k), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__()
+        self._watch = watch
+
+    def https_open(self, req):
+        return self.do_open(lambda *a, **k: _WatchedHTTPS(*a, watch=self._watch, **k), req, context=self._context)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Hands every redirect back as an HTTPError: ``_open`` follows it itself, deciding each hop's headers."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def _credentials(url: str, headers: Mapping[str, str] | None) -> dict[str, str]:
+    found = dict(headers or {})
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc and not any(k.lower() == "authorization" for k in found):
+        user, password = parts.username or "", parts.password or ""
+        token = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+        found["Authorization"] = "Basic " + base64.b64encode(token).decode()
+    return found
+
+
+def _open(url: str, shown: str, headers: Mapping[str, str] | None, watch: _Watch, read_timeout: float):
+    """The response for ``url``, redirects followed under :func:`redirect_keeps_credentials`."""
+    opener = urllib.request.build_opener(_NoRedirect, _HTTPHandler(watch), _HTTPSHandler(watch))
+    credentials = _credentials(url, headers)
+    first = current = strip_userinfo(url)
+    if urllib.parse.urlsplit(first).scheme.lower() not in ("http", "https"):
+        raise DownloadError(f"{shown}: not an http(s) URL")
+    for _ in range(MAX_REDIRECTS + 1):
+        send = credentials if origin(current) == origin(first) else {}
+        request = urllib.request.Request(current, headers=send)
+        try:
+            return opener.open(request, timeout=max(0.001, min(read_timeout, watch.remaining())))
+        except urllib.error.HTTPError as error:
+            location = error.headers.get("Location") if error.code in _REDIRECT_CODES else None
+            error.close()
+            if not location:
+                where = "" if current == first else f" (redirected to {redact(current)})"
+                raise DownloadError(f"{shown}: HTTP {error.code} {error.reason}{where}") from None
+            target = strip_userinfo(urllib.parse.urljoin(current, location))
+            redirect_keeps_credentials(first, current, target)  # raises for a downgrade
+            current = target
+    raise DownloadError(f"{shown}: more than {MAX_REDIRECTS} redirects")
 
 
 def _progress(done: int, total: int | None, name: str) -> None:
@@ -31,6 +379,55 @@ def _progress(done: int, total: int | None, name: str) -> None:
     else:
         sys.stderr.write(f"\r{name}: {done / 2**20:.1f} MiB")
     sys.stderr.flush()
+
+
+def _transfer(url, shown, out, headers, *, timeout, max_bytes, read_timeout, progress, name) -> tuple[str, int]:
+    """Write the body of ``url`` to ``out``; return (sha256 hex, bytes). Every failure is a DownloadError."""
+    digest = hashlib.sha256()
+    received = 0
+    expected = None
+    watch = _Watch(time.monotonic() + timeout)
+    limit = f"the limit of {max_bytes} bytes (SWIN_MAX_DOWNLOAD_BYTES or max_bytes=)"
+    try:
+        with _open(url, shown, headers, watch, read_timeout) as response:
+            length = response.headers.get("Content-Length")
+            expected = int(length) if length and length.strip().isdigit() else None
+            if expected is not None and expected > max_bytes:
+                raise DownloadError(f"{shown}: the server announces {expected} bytes, more than {limit}")
+            while chunk := response.read1(_CHUNK):
+                received += len(chunk)
+                if received > max_bytes:
+                    raise DownloadError(f"{shown}: stopped after more than {limit}; the body did not end")
+                out.write(chunk)
+                digest.update(chunk)
+                if progress:
+                    _progress(received, expected, name)
+                if watch.remaining() <= 0:
+                    break
+        if watch.fired or watch.remaining() <= 0:
+            raise TimeoutError
+        if progress:
+            sys.stderr.write("\n")
+    except DownloadError:
+        raise
+    except (OSError, http.client.HTTPException) as error:  # URLError and timeouts are OSErrors
+        if watch.fired or watch.remaining() <= 0:
+            raise DownloadError(
+                f"{shown}: not finished after {timeout:g} s ({received} bytes received); that is the overall "
+                "deadline (SWIN_DOWNLOAD_TIMEOUT or timeout=), raise it for a slow connection"
+            ) from None
+        if isinstance(error, http.client.IncompleteRead):
+            got = received + len(error.partial)
+            raise DownloadError(f"{shown}: the transfer was cut off after {got} bytes") from None
+        reason = getattr(error, "reason", None) or error
+        if isinstance(reason, TimeoutError):
+            reason = f"no data for {min(read_timeout, timeout):g} s"
+        raise DownloadError(f"{shown}: {reason}") from None
+    finally:
+        watch.stop()
+    if expected is not None and received != expected:
+        raise DownloadError(f"{shown}: received {received} bytes, the server announced {expected} (cut off?)")
+    return digest.hexdigest(), received
 
 
 def download(
@@ -43,77 +440,66 @@ def download(
     headers: Mapping[str, str] | None = None,
     check: Callable[[str], object] | None = None,
     progress: bool = False,
-    timeout: float = 60.0,
+    timeout: float | None = None,
+    max_bytes: int | None = None,
+    read_timeout: float = READ_TIMEOUT,
 ) -> Path:
     """Fetch ``url`` to ``dest`` atomically; return ``dest``.
 
     Args:
-        url: http(s) URL (redirects are followed).
-        dest: final path; its directory is created.
+        url: http(s) URL; a ``user:password@`` in it becomes Basic authentication for its own origin only.
+        dest: final path; its directory is created (and removed again if the download fails).
         sha256: expected hex digest of the whole file.
         sha256_prefix: expected leading hex digits of the digest (torchvision puts 8 of them in file names).
         size: expected size in bytes; the server's Content-Length is always checked when it sends one.
-        headers: extra request headers (an Authorization token for the Hugging Face hub).
-        check: called with the temporary file's path before the rename (e.g. a checkpoint format check);
+        headers: extra request headers (credentials): sent to the URL's own origin, never to another.
+        check: called with the temporary file's path before the rename (e.g. a checkpoint check);
             anything it raises fails the download.
         progress: write a progress line to stderr.
-        timeout: seconds to wait on the connection.
+        timeout: overall deadline in seconds (default ``$SWIN_DOWNLOAD_TIMEOUT``, else an hour).
+        max_bytes: size cap (default ``$SWIN_MAX_DOWNLOAD_BYTES``, else 8 GiB).
+        read_timeout: seconds without a byte before the connection counts as dead.
 
     Raises:
-        DownloadError: HTTP error, network error, cut-off transfer, wrong size or digest; ``check``'s own
-            exception propagates. In every case the temporary file is gone and ``dest`` untouched.
+        DestinationError: ``dest``'s directory cannot be created or written (nothing was downloaded).
+        DownloadError: HTTP error, network error, refused redirect, deadline, cap, cut-off transfer, wrong
+            size or digest; ``check``'s own exception propagates. In every case the temporary file is gone,
+            ``dest`` untouched, and directories this call created removed.
+        ValueError: a ``timeout`` or ``max_bytes`` (argument or environment variable) that is not positive.
     """
+    shown = redact(url)
+    timeout = download_timeout(timeout)
+    max_bytes = max_download_bytes(max_bytes)
     dest = Path(dest)
-    created = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    created, fd, tmp = _open_part(dest, shown)
+    sweep_stale_parts(dest.parent, keep=tmp)
     done = False
     try:
-        digest = hashlib.sha256()
-        received = 0
-        request = urllib.request.Request(url, headers=dict(headers or {}))
-        try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as response:
-                length = response.headers.get("Content-Length")
-                expected = int(length) if length and length.isdigit() else None
-                while chunk := response.read(_CHUNK):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    received += len(chunk)
-                    if progress:
-                        _progress(received, expected, dest.name)
-            if progress:
-                sys.stderr.write("\n")
-        except urllib.error.HTTPError as error:
-            raise DownloadError(f"{url}: HTTP {error.code} {error.reason}") from None
-        except http.client.IncompleteRead as error:
-            got = received + len(error.partial)
-            raise DownloadError(f"{url}: the transfer was cut off after {got} bytes") from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
-            reason = getattr(error, "reason", None) or error
-            raise DownloadError(f"{url}: {reason}") from None
-        if expected is not None and received != expected:
-            raise DownloadError(f"{url}: received {received} bytes, the server announced {expected} (cut off?)")
-        if size is not None and received != size:
-            raise DownloadError(f"{url}: received {received} bytes, the manifest expects {size}")
-        hexdigest = digest.hexdigest()
-        if sha256 is not None and hexdigest != sha256.lower():
-            raise DownloadError(f"{url}: sha256 {hexdigest} does not match the expected {sha256.lower()}")
-        if sha256_prefix is not None and not hexdigest.startswith(sha256_prefix.lower()):
-            raise DownloadError(
-                f"{url}: sha256 {hexdigest} does not start with {sha256_prefix.lower()}, the hash prefix in its name"
+        with os.fdopen(fd, "wb") as out:
+            hexdigest, received = _transfer(
+                url,
+                shown,
+                out,
+                headers,
+                timeout=timeout,
+                max_bytes=max_bytes,
+                read_timeout=read_timeout,
+                progress=progress,
+                name=dest.name,
             )
+        if size is not None and received != size:
+            raise DownloadError(f"{shown}: received {received} bytes, the manifest expects {size}")
+        check_digest(shown, hexdigest, sha256=sha256, sha256_prefix=sha256_prefix)
         if check is not None:
             check(tmp)
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError as error:
+            raise DestinationError(f"{shown}: cannot write {dest} ({error.strerror or error})", dest, error) from None
         done = True
         return dest
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
         if not done:  # leave no empty directories behind either
-            for directory in created:
-                try:
-                    directory.rmdir()
-                except OSError:  # not empty (another download) or already gone
-                    break
+            _remove_empty(created)

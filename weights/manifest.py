@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import fnmatch
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from importlib import resources
@@ -14,7 +15,8 @@ from typing import Any
 import yaml
 
 from ..registry import resolve_name
-from . import storage
+from . import hub, storage
+from .download import redact
 
 __all__ = [
     "Source",
@@ -28,7 +30,13 @@ __all__ = [
     "tags",
 ]
 
-HF_DEFAULT_ENDPOINT = "https://huggingface.co"
+HF_DEFAULT_ENDPOINT = hub.DEFAULT_ENDPOINT
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def _is_hex(value: Any, shortest: int, longest: int) -> bool:
+    """A string of hex digits of an allowed length (YAML reads an unquoted all-digit hash as a number)."""
+    return isinstance(value, str) and shortest <= len(value) <= longest and bool(_HEX.fullmatch(value))
 
 
 class UnknownPretrainedError(KeyError):
@@ -40,7 +48,9 @@ class UnknownPretrainedError(KeyError):
 
 @dataclass(frozen=True)
 class Source:
-    """One place a checkpoint can be fetched from: a Hugging Face hub file or a plain URL."""
+    """One place a checkpoint can be fetched from: a Hugging Face hub file (fetched through huggingface_hub,
+    its cache shared with timm) or a plain URL (our downloader). ``sha256`` (64 hex digits),
+    ``sha256_prefix`` (8 or more) and ``size`` are checked for both kinds when given."""
 
     layout: str = "auto"
     url: str | None = None
@@ -56,6 +66,12 @@ class Source:
             raise ValueError(f"a source needs exactly one of url or hf_hub, got {self}")
         if self.hf_hub is not None and not self.filename:
             raise ValueError(f"hf_hub source {self.hf_hub!r} needs a filename (e.g. model.safetensors)")
+        if self.sha256 is not None and not _is_hex(self.sha256, 64, 64):
+            raise ValueError(f"sha256 must be 64 hex digits (the file's full SHA-256) in quotes, got {self.sha256!r}")
+        if self.sha256_prefix is not None and not _is_hex(self.sha256_prefix, 8, 64):
+            raise ValueError(f"sha256_prefix must be 8 to 64 hex digits in quotes, got {self.sha256_prefix!r}")
+        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0):
+            raise ValueError(f"size must be a positive number of bytes, got {self.size!r}")
 
     @property
     def basename(self) -> str:
@@ -65,15 +81,11 @@ class Source:
         """The URL to fetch now; hub files honour ``$HF_ENDPOINT`` (a mirror, or a test server)."""
         if self.url is not None:
             return self.url
-        endpoint = (os.environ.get("HF_ENDPOINT") or HF_DEFAULT_ENDPOINT).rstrip("/")
-        return f"{endpoint}/{self.hf_hub}/resolve/{self.revision}/{self.filename}"
-
-    def headers(self) -> dict[str, str]:
-        token = os.environ.get("HF_TOKEN") if self.hf_hub else None
-        return {"Authorization": f"Bearer {token}"} if token else {}
+        return hub.hub_url(self.hf_hub, self.filename, self.revision)
 
     def describe(self) -> str:
-        return f"{self.resolve_url()} ({self.layout} layout)"
+        """For messages: the URL with any credentials hidden, and the layout."""
+        return f"{redact(self.resolve_url())} ({self.layout} layout)"
 
 
 @dataclass(frozen=True)

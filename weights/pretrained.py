@@ -1,9 +1,11 @@
-"""``pretrained=`` for ``create_model``: resolve what the user asked for, fetch it, convert, fit and load it.
+"""``pretrained=`` for ``create_model``: resolve what the user asked for, fetch it, check, convert, fit, load.
 
 ``pretrained`` is ``True`` (the architecture's default tag), a tag (``"ms_in22k"``) or full name
 (``"swin_t.ms_in22k"``) from the manifest, a local file, or an http(s) URL (optionally ending in
-``#sha256=<hex>``). Manifest files and URLs are cached under ``$SWIN_HOME`` (see ``storage.py``); with
-``SWIN_OFFLINE=1`` or ``HF_HUB_OFFLINE=1`` only the cache is used.
+``#sha256=<hex>``). Manifest files and URLs are cached under ``$SWIN_HOME`` (see ``storage.py``), hub files in
+the Hugging Face cache shared with timm (see ``hub.py``); with ``SWIN_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``
+only the caches are used. Nothing is cached before :func:`check_checkpoint` passed: a file that fails is
+never kept, so it cannot fail again on every later call, and the next source is tried.
 """
 
 from __future__ import annotations
@@ -19,21 +21,28 @@ from typing import Any
 from torch import nn
 
 from ..registry import resolve_name
-from . import manifest, safe_load, storage
+from . import checks, hub, manifest, safe_load, storage
 from .adapt import fit_state_dict
 from .convert import convert, detect_layout, unwrap
-from .download import DownloadError, download
-from .manifest import PretrainedEntry
+from .download import DestinationError, DownloadError, check_digest, download, file_sha256, redact
+from .manifest import PretrainedEntry, Source
 
 __all__ = [
     "WeightsNotFoundError",
+    "check_checkpoint",
     "manifest_entry_for",
     "fetch",
     "fetch_url",
     "resolve",
     "load_checkpoint",
     "load_pretrained",
+    "split_pin",
 ]
+
+# What a checkpoint that fails its checks raises: the source is then reported and the next one tried.
+CHECK_ERRORS = (safe_load.CorruptCheckpointError, safe_load.UnsafeCheckpointError)
+_PIN = re.compile(r"sha256[=:]([0-9a-f]{8,64})", re.IGNORECASE)
+_PIN_FORM = "#sha256=<64 hex digits> (the file's full SHA-256, or a prefix of at least 8 of its digits)"
 
 
 class WeightsNotFoundError(FileNotFoundError):
@@ -46,83 +55,179 @@ def _progress() -> bool:
 
 
 def _placement(paths: list[Path]) -> str:
-    listed = "\n".join(f"  {p}" for p in paths)
+    listed = "\n".join(f"  {p}" for p in dict.fromkeys(paths))  # sources may share a file name
     return f"To use a copy obtained by other means, place it (any supported layout) at:\n{listed}"
 
 
-def fetch(entry: PretrainedEntry, *, progress: bool | None = None) -> Path:
-    """The cached file of ``entry``, downloading its sources in order until one checks out.
+def check_checkpoint(path: str | os.PathLike, origin: str | None = None) -> None:
+    """Everything a file must pass before it is cached: it loads completely without running code, converts
+    to a Swin state dict, and that is a complete trunk with finite weights (``checks.check_state``).
+
+    Raises:
+        UnsafeCheckpointError: a pickle that would run code.
+        CorruptCheckpointError: anything else; the message names ``origin`` (default: ``path``).
+    """
+    origin = origin or os.fspath(path)
+    checkpoint = safe_load.load_file(path)
+    try:
+        converted = convert(unwrap(checkpoint), source="auto")
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as error:
+        raise safe_load.CorruptCheckpointError(f"{origin}: not convertible to a Swin state dict ({error})") from None
+    checks.check_state(converted, origin)
+
+
+def _failure(shown: str, error: BaseException) -> str:
+    """A line of the final report: the source, then why it failed (once, if the message names it already)."""
+    text = str(error)
+    return f"  {text}" if text.startswith(shown) else f"  {shown}: {text}"
+
+
+def _checker(origin: str):
+    return lambda tmp: check_checkpoint(tmp, origin=origin)
+
+
+def _hub_accept(source: Source, found: Path, link: Path) -> Path:
+    """Check a file of the hub cache as a download would be; on success link it into our cache."""
+    shown = f"{redact(source.resolve_url())} (in the Hugging Face cache: {found})"
+    if source.size is not None and found.stat().st_size != source.size:
+        raise DownloadError(f"{shown}: {found.stat().st_size} bytes, the manifest expects {source.size}")
+    if source.sha256 or source.sha256_prefix:
+        check_digest(shown, file_sha256(found), sha256=source.sha256, sha256_prefix=source.sha256_prefix)
+    check_checkpoint(found, origin=shown)
+    return storage.link_verified(found, link)
+
+
+def fetch(
+    entry: PretrainedEntry, *, progress: bool | None = None, timeout: float | None = None, max_bytes: int | None = None
+) -> Path:
+    """The cached file of ``entry``, downloading its sources in order until one passes every check.
+
+    A hub source already in the Hugging Face cache (timm or transformers downloaded it) is used without any
+    request, before anything is downloaded. ``timeout`` and ``max_bytes`` bound each plain-URL download
+    (see ``download.download``); hub downloads follow ``huggingface_hub``'s own settings.
 
     Raises:
         WeightsNotFoundError: offline with nothing cached, or every source failed; the message names each
             source with its error and the exact cache paths where a manually obtained file is picked up.
+        CacheDirError: ``$SWIN_HOME`` cannot be written (a file, read-only, a name too long).
     """
     cached = entry.cached_file()
     if cached is not None:
         return Path(cached)
     paths = [Path(entry.cache_path(s)) for s in entry.sources]
+    progress = _progress() if progress is None else progress
+    failures: list[str] = []
+    done: set[int] = set()  # sources that already failed: not tried twice
+    for index, (source, path) in enumerate(zip(entry.sources, paths, strict=True)):
+        if source.hf_hub is None:
+            continue
+        try:
+            found = hub.hub_file(source.hf_hub, source.filename, revision=source.revision, local_only=True)
+            if found is not None:
+                return _hub_accept(source, found, path)
+        except (DownloadError, *CHECK_ERRORS) as error:
+            failures.append(_failure(redact(source.resolve_url()), error))
+            done.add(index)
     if storage.offline():
         sources = "\n".join(f"  {s.describe()}" for s in entry.sources)
+        failed = "".join(f"\n{f}" for f in failures)
         raise WeightsNotFoundError(
             f"{entry.name} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE), so its "
-            f"sources were not tried:\n{sources}\n{_placement(paths)}"
+            f"sources were not tried:\n{sources}{failed}\n{_placement(paths)}"
         )
-    failures = []
-    for source, path in zip(entry.sources, paths, strict=True):
-        url = source.resolve_url()
+    for index, (source, path) in enumerate(zip(entry.sources, paths, strict=True)):
+        if index in done:
+            continue
+        shown = redact(source.resolve_url())
         try:
+            if source.hf_hub is not None:
+                found = hub.hub_file(source.hf_hub, source.filename, revision=source.revision, progress=progress)
+                return _hub_accept(source, found, path)
             return download(
-                url,
+                source.url,
                 path,
                 sha256=source.sha256,
                 sha256_prefix=source.sha256_prefix,
                 size=source.size,
-                headers=source.headers(),
-                check=safe_load.check_file,
-                progress=_progress() if progress is None else progress,
+                check=_checker(shown),
+                progress=progress,
+                timeout=timeout,
+                max_bytes=max_bytes,
             )
-        except DownloadError as error:  # its message starts with the URL
-            failures.append(f"  {error}")
-        except (safe_load.CorruptCheckpointError, safe_load.UnsafeCheckpointError) as error:
-            failures.append(f"  {url}: {error}")
+        except DestinationError as error:  # the same for every source: say it once, clearly
+            raise storage.cache_dir_error(error) from None
+        except (DownloadError, *CHECK_ERRORS) as error:
+            failures.append(_failure(shown, error))
     raise WeightsNotFoundError(
         f"could not download {entry.name}; tried every source:\n" + "\n".join(failures) + "\n" + _placement(paths)
     )
 
 
-def _split_hash(url: str) -> tuple[str, str | None]:
+def split_pin(url: str) -> tuple[str, str | None]:
+    """``url`` without its fragment, and the hex digest of a ``#sha256=<hex>`` pin (or None without one).
+
+    ``sha256=`` or ``sha256:``, any case, with 8 to 64 hex digits (a prefix, as torchvision's file names
+    carry). Any other fragment is an error, never ignored: a mistyped pin must not silently turn into no pin.
+    """
     parts = urllib.parse.urlsplit(url)
-    match = re.fullmatch(r"sha256=([0-9a-fA-F]{8,64})", parts.fragment or "")
-    return parts._replace(fragment="").geturl(), (match.group(1) if match else None)
+    clean = parts._replace(fragment="").geturl()
+    if not parts.fragment:
+        return clean, None
+    match = _PIN.fullmatch(parts.fragment)
+    if match is None:
+        raise ValueError(
+            f"{redact(url)}: the URL fragment is not a checksum pin; the only form understood is {_PIN_FORM}"
+        )
+    return clean, match.group(1).lower()
 
 
-def fetch_url(url: str, *, progress: bool | None = None) -> Path:
+def fetch_url(
+    url: str, *, progress: bool | None = None, timeout: float | None = None, max_bytes: int | None = None
+) -> Path:
     """The cached copy of the checkpoint at ``url``, downloaded on first use.
 
-    A ``#sha256=<hex>`` fragment (full digest, or a prefix of at least 8 digits) is checked.
+    A ``#sha256=<hex>`` pin (see :func:`split_pin`) is checked on the download and again on every use of the
+    cached file: a file cached without a pin, or before the server changed it, is downloaded again when it
+    does not match the pin given now (and kept as it was if the new download does not match either).
+
+    Raises:
+        ValueError: a malformed pin.
+        WeightsNotFoundError: the download failed (or offline and nothing matching is cached).
+        CorruptCheckpointError, UnsafeCheckpointError: the file fails its checks; nothing was cached.
+        CacheDirError: ``$SWIN_HOME`` cannot be written.
     """
-    clean, digest = _split_hash(url)
+    clean, digest = split_pin(url)
     path = storage.url_path(clean)
-    if path.is_file():
-        return path
-    if storage.offline():
-        raise WeightsNotFoundError(
-            f"{clean} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE).\n"
-            + _placement([path])
-        )
     full = digest if digest and len(digest) == 64 else None
     prefix = digest if digest and len(digest) < 64 else None
+    stale = ""
+    if path.is_file():
+        if digest is None:
+            return path
+        found = file_sha256(path)
+        if found.startswith(digest):
+            return path
+        stale = f"\nThe cached copy {path} has sha256 {found}, which does not match the pin {digest}."
+    if storage.offline():
+        raise WeightsNotFoundError(
+            f"{redact(clean)} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE).{stale}\n"
+            + _placement([path])
+        )
     try:
         return download(
             clean,
             path,
             sha256=full,
             sha256_prefix=prefix,
-            check=safe_load.check_file,
+            check=_checker(redact(clean)),
             progress=_progress() if progress is None else progress,
+            timeout=timeout,
+            max_bytes=max_bytes,
         )
+    except DestinationError as error:
+        raise storage.cache_dir_error(error) from None
     except DownloadError as error:
-        raise WeightsNotFoundError(f"could not download {error}\n{_placement([path])}") from None
+        raise WeightsNotFoundError(f"could not download {error}{stale}\n{_placement([path])}") from None
 
 
 def _is_url(value: str) -> bool:

@@ -6,18 +6,26 @@ Published training checkpoints also hold a few plain data objects beside the wei
 code saves its yacs config; others save ``argparse.Namespace`` args or numpy scalars such as the best
 accuracy). Those, and only those, are allow-listed here as inert placeholders that drop their contents:
 nothing from them is imported or called. Anything else is refused before a single byte is unpickled.
+
+A file can be hostile without running code, too, and every such file is refused the same way, with a
+:class:`CorruptCheckpointError` that names it, before the expensive or dangerous step: a safetensors
+header that does not add up (:mod:`.safetensors_header`), a file or zip that would take more memory than
+``SWIN_MAX_CHECKPOINT_BYTES`` or inflates like a bomb (:mod:`.size_limits`), and pickled objects that
+contain themselves or nest absurdly deep (:mod:`.pickle_shape`), which hang or crash whoever walks them.
 """
 
 from __future__ import annotations
 
 import collections
+import io
 import os
 import pickle
-import struct
 import zipfile
-from typing import Any
+from typing import IO, Any
 
 import torch
+
+from . import pickle_shape, safetensors_header, size_limits
 
 __all__ = [
     "AS_DICT_GLOBALS",
@@ -69,8 +77,6 @@ DROPPED_GLOBALS: tuple[str, ...] = (
     "numpy.dtypes.Int64DType",
 )
 
-_SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
-
 
 def _kind(path: str) -> str:
     """ "safetensors", "zip" (torch.save) or "pickle", from the first bytes."""
@@ -89,31 +95,97 @@ def _kind(path: str) -> str:
     )
 
 
-def _check_safetensors(path: str) -> None:
-    import json
+def _reason(error: BaseException) -> str:
+    """An exception as one short line for a message (torch's C++ errors carry a stack trace)."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
 
+
+def _unreadable(path: str, error: BaseException) -> CorruptCheckpointError:
+    return CorruptCheckpointError(f"{path}: not a readable checkpoint, truncated or corrupt ({_reason(error)})")
+
+
+def _check_size(path: str) -> int:
+    """The size of a file that is read whole (safetensors, old-style pickle), refused beyond the bound."""
     size = os.path.getsize(path)
+    try:
+        size_limits.check_size(size, "the file holds")
+    except size_limits.Refused as error:
+        raise CorruptCheckpointError(f"{path}: {error}") from None
+    return size
+
+
+def _check_safetensors(path: str) -> None:
+    """The whole header, not a byte of tensor data: a file that passes loads with ``safetensors``."""
+    size = _check_size(path)
+    try:
+        with open(path, "rb") as handle:
+            header_size, header = safetensors_header.read_header(handle, size)
+        safetensors_header.validate(header, size - 8 - header_size)
+    except safetensors_header.InvalidHeader as error:
+        raise CorruptCheckpointError(f"{path}: {error}") from None
+
+
+def _check_zip(path: str) -> None:
+    """The zip directory (sizes), the pickle's globals and its object graph; no tensor data is read.
+
+    The directory comes first: every later step inflates ``data.pkl``, which could itself be a bomb.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except Exception as error:  # BadZipFile, or whatever a crafted directory makes zipfile trip over
+        raise _unreadable(path, error) from None
+    try:
+        size_limits.check_zip_directory(members)
+    except size_limits.Refused as error:
+        raise CorruptCheckpointError(f"{path}: {error}") from None
+    unsafe = [name for name in _unsafe_globals(path) if name not in DROPPED_GLOBALS + AS_DICT_GLOBALS]
+    if unsafe:
+        raise _refuse(path, unsafe)
+    _scan_shape(path, io.BytesIO(_zip_record(path, "data.pkl")))
+
+
+def _zip_record(path: str, name: str) -> bytes:
+    """``name`` as torch.load reads it: through torch's own zip reader, so that the bytes checked here are
+    the bytes unpickled there (zip readers can disagree about a crafted archive)."""
+    try:
+        with torch.serialization._open_zipfile_reader(path) as reader:
+            return reader.get_record(name)
+    except Exception as error:
+        raise _unreadable(path, error) from None
+
+
+def _check_old_pickle(path: str) -> None:
+    """Size, and the object graph of each pickle in torch's old format (magic number, protocol, system
+    info, the object, storage keys; tensor data follows), or of a plain pickle."""
+    _check_size(path)
     with open(path, "rb") as handle:
-        (header_size,) = struct.unpack("<Q", handle.read(8))
-        if header_size > min(size - 8, _SAFETENSORS_MAX_HEADER):
-            raise CorruptCheckpointError(f"{path}: safetensors header of {header_size} bytes exceeds the file")
-        try:
-            header = json.loads(handle.read(header_size))
-        except ValueError as error:
-            raise CorruptCheckpointError(f"{path}: unreadable safetensors header ({error})") from None
-    end = max((info["data_offsets"][1] for k, info in header.items() if k != "__metadata__"), default=0)
-    if 8 + header_size + end != size:
-        raise CorruptCheckpointError(
-            f"{path}: the safetensors header describes {8 + header_size + end} bytes but the file has {size} "
-            "(truncated download?)"
-        )
+        for _ in range(5):
+            if not _scan_shape(path, handle):
+                break
+
+
+def _scan_shape(path: str, stream: IO[bytes]) -> bool:
+    try:
+        return pickle_shape.scan(stream)
+    except pickle_shape.BadShape as error:
+        raise _bad_shape(path, error) from None
+
+
+def _bad_shape(path: str, error: pickle_shape.BadShape) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        f"{path}: the pickled checkpoint {error}. A checkpoint is a shallow tree of dicts, lists and tensors; "
+        "this file is corrupt or was made to break loaders. Nothing from it was kept."
+    )
 
 
 def _unsafe_globals(path: str) -> list[str]:
     try:
         return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-    except (RuntimeError, OSError, zipfile.BadZipFile, EOFError, ValueError, pickle.UnpicklingError) as error:
-        raise CorruptCheckpointError(f"{path}: not a readable checkpoint, truncated or corrupt ({error})") from None
+    except Exception as error:
+        raise _unreadable(path, error) from None
 
 
 def _refuse(path: str, names: list[str]) -> UnsafeCheckpointError:
@@ -125,23 +197,23 @@ def _refuse(path: str, names: list[str]) -> UnsafeCheckpointError:
     )
 
 
+_CHECKS = {"safetensors": _check_safetensors, "zip": _check_zip, "pickle": _check_old_pickle}
+
+
 def check_file(path: str | os.PathLike) -> str:
     """Check that ``path`` is a complete checkpoint that loads without running code; return its format.
 
     Cheap for safetensors and zip pickles (``torch.save``'s format): reads the header, or the zip directory
-    and the pickle's opcodes, not the tensors. An old-style (non-zip) pickle cannot be scanned without
-    reading it, so it is read with the weights-only unpickler. Raises :class:`CorruptCheckpointError` or
-    :class:`UnsafeCheckpointError`.
+    and the pickle's opcodes, not the tensors. An old-style (non-zip) pickle cannot be checked for globals
+    without unpickling it, so it is read with the weights-only unpickler. Raises
+    :class:`CorruptCheckpointError` (malformed, truncated, too large to load, or objects that contain
+    themselves or nest absurdly deep) or :class:`UnsafeCheckpointError`; ``ValueError`` if
+    ``SWIN_MAX_CHECKPOINT_BYTES`` is set to something that is not a size.
     """
     path = os.fspath(path)
     kind = _kind(path)
-    if kind == "safetensors":
-        _check_safetensors(path)
-    elif kind == "zip":
-        unsafe = [name for name in _unsafe_globals(path) if name not in DROPPED_GLOBALS + AS_DICT_GLOBALS]
-        if unsafe:
-            raise _refuse(path, unsafe)
-    else:
+    _CHECKS[kind](path)
+    if kind == "pickle":
         _load_pickle(path)
     return kind
 
@@ -149,21 +221,23 @@ def check_file(path: str | os.PathLike) -> str:
 def load_file(path: str | os.PathLike) -> dict[str, Any]:
     """The checkpoint at ``path`` as a mapping (safetensors, or a weights-only pickle), on the CPU.
 
-    Raises :class:`UnsafeCheckpointError` for a pickle that would import or call anything but tensor and
-    container types (nothing from it runs), :class:`CorruptCheckpointError` for a truncated or unreadable file.
+    Runs the checks of :func:`check_file` first, then loads. Raises :class:`UnsafeCheckpointError` for a
+    pickle that would import or call anything but tensor and container types (nothing from it runs),
+    :class:`CorruptCheckpointError` for a truncated, unreadable, oversized or absurdly shaped file.
     """
     path = os.fspath(path)
-    if _kind(path) == "pickle":
-        return _load_pickle(path)  # read once: the weights-only unpickler is the check
-    if check_file(path) == "safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file as load_safetensors
+    kind = _kind(path)
+    _CHECKS[kind](path)
+    return _load_safetensors(path) if kind == "safetensors" else _load_pickle(path)
 
-        try:
-            return load_safetensors(path, device="cpu")
-        except SafetensorError as error:
-            raise CorruptCheckpointError(f"{path}: unreadable safetensors file ({error})") from None
-    return _load_pickle(path)
+
+def _load_safetensors(path: str) -> dict[str, Any]:
+    from safetensors.torch import load_file as load_safetensors
+
+    try:
+        return load_safetensors(path, device="cpu")
+    except Exception as error:  # SafetensorError, or anything else the reader raises on a file it refuses
+        raise CorruptCheckpointError(f"{path}: unreadable safetensors file ({_reason(error)})") from None
 
 
 def _load_pickle(path: str) -> dict[str, Any]:
@@ -171,7 +245,7 @@ def _load_pickle(path: str) -> dict[str, Any]:
     placeholders += [(collections.OrderedDict, name) for name in AS_DICT_GLOBALS]
     try:
         with torch.serialization.safe_globals(placeholders):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         # Old (non-zip) pickles, which cannot be scanned before loading, or a zip pickle whose globals
         # passed the scan but not the unpickler.
@@ -185,5 +259,10 @@ def _load_pickle(path: str) -> dict[str, Any]:
             "file was run. If this is your own checkpoint, save just the weights (torch.save(model.state_dict(), "
             "path)) or convert them to safetensors in a trusted environment."
         ) from None
-    except (RuntimeError, OSError, EOFError, zipfile.BadZipFile, struct.error) as error:
-        raise CorruptCheckpointError(f"{path}: not a readable checkpoint, truncated or corrupt ({error})") from None
+    except Exception as error:  # RuntimeError, EOFError, MemoryError, RecursionError, a malformed pickle's
+        raise _unreadable(path, error) from None  # IndexError or KeyError: all mean the file is unreadable
+    try:
+        pickle_shape.check_loaded(checkpoint)
+    except pickle_shape.BadShape as error:
+        raise _bad_shape(path, error) from None
+    return checkpoint

@@ -1,6 +1,8 @@
 """Manifest downloads from a loopback server: cache, offline mode, and every way a download can go wrong.
 
-After any failure the cache must hold no file at all (no partial download, no temporary file).
+After any failure the cache must hold no file at all (no partial download, no temporary file). Hub sources go
+through huggingface_hub (HEAD for the metadata, then GET), into the Hugging Face cache (``HF_HUB_CACHE``, a
+temporary directory here) with a link in ours.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from swin.weights import manifest
 from swin.weights.download import DownloadError, download
 from swin.weights.pretrained import WeightsNotFoundError, fetch, resolve
 from swin.weights.safe_load import CorruptCheckpointError, UnsafeCheckpointError
-from tests.weights.conftest import cache_files, safetensors_bytes, torch_bytes
+from tests.weights.conftest import cache_files, safetensors_bytes, tiny_swin_state, torch_bytes
 
 HUB_PATH = "/timm/swin_tiny_patch4_window7_224.ms_in1k/resolve/main/model.safetensors"
 
@@ -31,19 +33,6 @@ def timm_reference():
     with torch.no_grad():
         logits = model(image)
     return safetensors_bytes(model.state_dict()), image, logits
-
-
-@pytest.fixture
-def entries(monkeypatch):
-    """Register test entries (sources on the loopback server) without leaking them into other tests."""
-    manifest.list_pretrained()  # load the bundled manifest first
-    monkeypatch.setattr(manifest, "_entries", dict(manifest._entries))
-
-    def add(tag: str, *sources: dict, **fields) -> manifest.PretrainedEntry:
-        manifest.register_pretrained({f"swin_t.{tag}": {"sources": list(sources), **fields}})
-        return manifest.get_entry("swin_t", tag)
-
-    return add
 
 
 class Payload:
@@ -65,14 +54,17 @@ def test_tag_download_then_offline_from_cache(server, monkeypatch, swin_home, ti
     monkeypatch.setenv("HF_ENDPOINT", server.base)
 
     model = swin.create_model("swin_t", pretrained=True).eval()
-    assert server.requests == [HUB_PATH, "/cdn/blob"]
+    # huggingface_hub asks for the metadata (following the same-host redirect), then fetches the blob
+    asked = [("HEAD", HUB_PATH), ("HEAD", "/cdn/blob"), ("GET", "/cdn/blob")]
+    assert [(r.method, r.path) for r in server.log] == asked
     cached = swin_home / "weights" / "swin_t.ms_in1k" / "model.safetensors"
     assert cache_files(swin_home) == [cached]
+    assert cached.is_symlink() and "hf_hub" in str(cached.resolve())  # the file itself is in the shared cache
     assert model.pretrained_cfg["name"] == "swin_t.ms_in1k" and model.pretrained_cfg["crop_pct"] == 0.9
 
     monkeypatch.setenv("SWIN_OFFLINE", "1")
     again = swin.create_model("swin_t", pretrained="ms_in1k").eval()
-    assert server.requests == [HUB_PATH, "/cdn/blob"]  # nothing more was asked
+    assert [(r.method, r.path) for r in server.log] == asked  # nothing more was asked
     with torch.no_grad():
         assert (model(image) - logits).abs().max().item() <= 1e-5
         assert (again(image) - logits).abs().max().item() <= 1e-5
@@ -151,20 +143,20 @@ def test_truncated_safetensors_from_manifest(server, entries, swin_home, timm_re
 
 
 def test_wrong_sha256(server, entries, swin_home):
-    body = torch_bytes({"w": torch.ones(3)})
+    body = torch_bytes(tiny_swin_state())
     good = hashlib.sha256(body).hexdigest()
     url = server.serve("/sha/swin_t.pth", body)
     entries("tampered", {"url": url, "sha256": "0" * 64})
     with pytest.raises(WeightsNotFoundError, match=f"sha256 {good} does not match the expected 0000"):
         resolve("swin_t", "tampered")
     assert cache_files(swin_home) == []
-    # the same file with its true digest is accepted (here fetched only: it holds no Swin weights)
+    # the same file with its true digest is accepted (here fetched only: a tiny trunk, not swin_t's)
     assert fetch(entries("honest", {"url": url, "sha256": good}), progress=False).read_bytes() == body
 
 
 def test_torchvision_hash_prefix(server, entries, swin_home):
     """torchvision's file names end in the first 8 hex digits of the file's sha256; the manifest checks them."""
-    body = torch_bytes({"w": torch.ones(3)})
+    body = torch_bytes(tiny_swin_state())
     prefix = hashlib.sha256(body).hexdigest()[:8]
     url = server.serve(f"/models/swin_t-{prefix}.pth", body)
     assert fetch(entries("tv_ok", {"url": url, "sha256_prefix": prefix}), progress=False).is_file()

@@ -1,0 +1,489 @@
+"""Hostile checkpoint files: every one is refused fast with an error naming the file, never a KeyError,
+RecursionError, MemoryError, hang or crash. Each file is made by hand in tmp_path."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import pickle
+import struct
+import tempfile
+import time
+import zipfile
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file as reference_load
+
+from swin.weights import pickle_shape
+from swin.weights.safe_load import CorruptCheckpointError, UnsafeCheckpointError, check_file, load_file
+from tests.weights.conftest import safetensors_bytes, torch_bytes
+
+ENV = "SWIN_MAX_CHECKPOINT_BYTES"
+MiB = 1024**2
+
+
+@pytest.fixture(autouse=True)
+def default_bound(monkeypatch):
+    """No size bound from the environment of whoever runs the tests."""
+    monkeypatch.delenv(ENV, raising=False)
+
+
+def refused(path, error=CorruptCheckpointError, match=None, call=check_file):
+    """``call(path)`` raises ``error`` promptly, with the file named in its message; the message."""
+    start = time.monotonic()
+    with pytest.raises(error, match=match) as caught:
+        call(path)
+    assert time.monotonic() - start < 2, "a refusal must not take long"
+    assert type(caught.value) is error  # not a bare KeyError/TypeError that happens to subclass nothing
+    message = str(caught.value)
+    assert str(path) in message
+    return message
+
+
+def both_refuse(path, match=None, error=CorruptCheckpointError):
+    refused(path, error, match, check_file)
+    return refused(path, error, match, load_file)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# safetensors headers
+
+
+def safetensors_file(header, data: bytes = b"") -> bytes:
+    """A safetensors file from a header (dict, or raw JSON bytes) and the data section, built by hand."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def f32(shape, start, end):
+    return {"dtype": "F32", "shape": shape, "data_offsets": [start, end]}
+
+
+DEEP_JSON = b'{"w": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+# (header, data, does the safetensors reader itself refuse it?)
+BAD_HEADERS = {
+    "entry without data_offsets": ({"w": {"dtype": "F32", "shape": [2]}}, 8, True),
+    "string entry": ({"w": "F32"}, 0, True),
+    "dtype missing": ({"w": {"shape": [2], "data_offsets": [0, 8]}}, 8, True),
+    "dtype not a string": ({"w": {"dtype": 4, "shape": [2], "data_offsets": [0, 8]}}, 8, True),
+    "unknown dtype": ({"w": {"dtype": "F128", "shape": [2], "data_offsets": [0, 8]}}, 8, True),
+    "lower-case dtype": ({"w": {"dtype": "f32", "shape": [2], "data_offsets": [0, 8]}}, 8, True),
+    "shape missing": ({"w": {"dtype": "F32", "data_offsets": [0, 8]}}, 8, True),
+    "shape a string": ({"w": f32("2", 0, 8)}, 8, True),
+    "negative dim": ({"w": f32([-2], 0, 8)}, 8, True),
+    "float dim": ({"w": f32([2.0], 0, 8)}, 8, True),
+    "bool dim": ({"w": f32([True], 0, 4)}, 4, True),
+    "dims overflow": ({"w": f32([2**40, 2**40, 0], 0, 0)}, 0, True),
+    "negative offset": ({"w": f32([2], -8, 0)}, 8, True),
+    "float offset": ({"w": f32([2], 0.0, 8)}, 8, True),
+    "three offsets": ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8, 8]}}, 8, True),
+    "end before start": ({"w": f32([0], 8, 4)}, 8, True),
+    "size not shape x itemsize": ({"w": f32([3], 0, 8)}, 8, True),
+    "overlapping tensors": ({"a": f32([2], 0, 8), "b": f32([1], 4, 8)}, 8, True),
+    "gap between tensors": ({"a": f32([1], 0, 4), "b": f32([1], 8, 12)}, 12, True),
+    "gap at the start": ({"w": f32([1], 4, 8)}, 8, True),
+    "bytes after the last tensor": ({"w": f32([1], 0, 4)}, 8, True),
+    "metadata a list": ({"__metadata__": ["format", "pt"], "w": f32([1], 0, 4)}, 4, True),
+    "metadata value a number": ({"__metadata__": {"epoch": 3}, "w": f32([1], 0, 4)}, 4, True),
+    "header a list": (b"[]", 0, True),
+    "JSON nested 100k deep": (DEEP_JSON, 0, True),
+    "not JSON": (b"{not json}", 0, True),
+    "lone surrogate in a name": (b'{"\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', 4, True),
+    # Accepted by the reader, refused here: which of two entries wins, or what an unknown field means, is
+    # up to the reader; no writer produces either.
+    "name twice": (b'{"w": ' + json.dumps(f32([1], 0, 4)).encode() + b', "w": {}}', 4, False),
+    "unknown field": ({"w": {**f32([1], 0, 4), "quantized": True}}, 4, False),
+    "entry a list": ({"w": ["F32", [2], [0, 8]]}, 8, False),  # serde reads a struct from an array, in order
+}
+
+
+@pytest.mark.parametrize("case", BAD_HEADERS, ids=list(BAD_HEADERS))
+def test_malformed_safetensors_header_is_refused(tmp_path, case):
+    header, data_size, reader_refuses = BAD_HEADERS[case]
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(safetensors_file(header, b"\0" * data_size))
+    both_refuse(path)
+    if reader_refuses:  # the rule is the format's, not ours: safetensors refuses the same file
+        with pytest.raises(Exception):  # noqa: B017 (SafetensorError, or whatever the reader trips on)
+            reference_load(path)
+
+
+def test_safetensors_header_length_beyond_file_or_reader_limit(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", 50) + b'{"w": {}}')  # 50 bytes of header in a 17-byte file
+    assert "exceeds the file" in both_refuse(path)
+    path.write_bytes(struct.pack("<Q", 1 << 40) + b'{"w": {}}')  # 1 TiB of it: nothing is allocated
+    both_refuse(path)
+    # 100,000,001 bytes of header in a (sparse) file large enough to hold it: the reader's own limit
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", 100_000_001) + b"{}")
+        handle.truncate(8 + 100_000_001)
+    both_refuse(path)
+    with pytest.raises(Exception, match="too large"):  # noqa: B017
+        reference_load(path)
+
+
+def test_edge_cases_that_are_valid_pass_and_load_as_the_reader_loads_them(tmp_path):
+    """Zero-size tensors (between others), scalars, metadata (or null metadata), space padding, an empty
+    file: the header checks must not refuse what safetensors reads."""
+    header = {
+        "__metadata__": {"format": "pt"},
+        "a": f32([2], 0, 8),
+        "empty": f32([0, 5], 8, 8),
+        "scalar": {"dtype": "BF16", "shape": [], "data_offsets": [8, 10]},
+        "flags": {"dtype": "BOOL", "shape": [2, 1], "data_offsets": [10, 12]},
+    }
+    files = {
+        "rich": safetensors_file(json.dumps(header).encode() + b"    ", bytes(range(12))),
+        "null metadata": safetensors_file({"__metadata__": None, "w": f32([1], 0, 4)}, b"\0" * 4),
+        "no tensors": safetensors_file({}),
+        "written by safetensors": safetensors_bytes({"w": torch.arange(6.0).view(2, 3), "e": torch.zeros(0)}),
+    }
+    for name, body in files.items():
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(body)
+        assert check_file(path) == "safetensors", name
+        expected, loaded = reference_load(path), load_file(path)
+        assert expected.keys() == loaded.keys() and all(torch.equal(expected[k], loaded[k]) for k in expected)
+
+
+_ITEMSIZE = {"F32": 4, "F16": 2, "U8": 1, "I64": 8, "BOOL": 1, "F4": 1, "X": 4}
+
+
+@st.composite
+def nearly_valid_files(draw):
+    """Tensors laid out back to back, then (mostly) one thing nudged: an offset, a dim, the data size."""
+    entries, offset = {}, 0
+    for name in draw(st.lists(st.sampled_from("abcd"), unique=True, max_size=3)):
+        dtype, shape = draw(st.sampled_from(list(_ITEMSIZE))), draw(st.lists(st.integers(0, 3), max_size=3))
+        size = _ITEMSIZE[dtype] * math.prod(shape)
+        entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    data_size = offset
+    nudge = draw(st.integers(-2, 2))
+    target = draw(st.sampled_from(["none", "start", "end", "dim", "data"]))
+    if entries and target in ("start", "end", "dim"):
+        entry = entries[draw(st.sampled_from(sorted(entries)))]
+        if target == "dim":
+            entry["shape"] = [*entry["shape"], max(0, 1 + nudge)]
+        else:
+            entry["data_offsets"][target == "end"] += nudge
+    elif target == "data":
+        data_size = max(0, data_size + nudge)
+    return entries, data_size
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=nearly_valid_files())
+def test_check_file_passes_exactly_the_headers_that_load(case):
+    """Random small headers: whatever passes check_file loads with safetensors, and (F4, whose packing this
+    does not read, aside) whatever safetensors loads passes check_file."""
+    entries, data_size = case
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "random.safetensors")
+        with open(path, "wb") as handle:
+            handle.write(safetensors_file(entries, b"\x01" * data_size))
+        try:
+            reference_load(path)
+            reader_loads = True
+        except Exception:
+            reader_loads = False
+        try:
+            check_file(path)
+            passes = True
+        except CorruptCheckpointError as error:
+            assert path in str(error)
+            passes = False
+        assert passes <= reader_loads
+        if reader_loads and not any(e["dtype"] == "F4" for e in entries.values()):
+            assert passes
+
+
+def test_safetensors_load_errors_are_corrupt_not_safetensor_error(tmp_path, monkeypatch):
+    """Should the reader refuse a file the header checks let through, load_file still says Corrupt."""
+    from safetensors import SafetensorError
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(safetensors_bytes({"w": torch.ones(3)}))
+
+    def failing_reader(*args, **kwargs):
+        raise SafetensorError("Error while deserializing header: something new")
+
+    monkeypatch.setattr("safetensors.torch.load_file", failing_reader)
+    assert "something new" in refused(path, call=load_file)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sizes: zip bombs and the bound
+
+
+def rezip(body: bytes, *, deflate=(), replace=None, drop=()) -> bytes:
+    """A torch.save zip rewritten member by member: ``deflate`` names (by suffix) to store deflated,
+    ``replace`` maps a suffix to new contents, ``drop`` leaves members out."""
+    source, out = zipfile.ZipFile(io.BytesIO(body)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            if info.filename.endswith(tuple(drop)):
+                continue
+            data = source.read(info)
+            for suffix, new in (replace or {}).items():
+                data = new if info.filename.endswith(suffix) else data
+            method = zipfile.ZIP_DEFLATED if info.filename.endswith(tuple(deflate)) else zipfile.ZIP_STORED
+            target.writestr(info.filename, data, compress_type=method)
+    return out.getvalue()
+
+
+def deflate_bomb(body: bytes, member_suffix: str, inflated: int) -> bytes:
+    """``body`` (a torch.save zip) with one member replaced by ``inflated`` bytes, deflated: its own bytes
+    first, then zeros, streamed in 1 MiB chunks so that the test never holds them."""
+    source, out = zipfile.ZipFile(io.BytesIO(body)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if not info.filename.endswith(member_suffix):
+                target.writestr(info.filename, data)
+                continue
+            deflated = zipfile.ZipInfo(info.filename)
+            deflated.compress_type = zipfile.ZIP_DEFLATED
+            with target.open(deflated, "w") as member:
+                member.write(data)
+                for _ in range((inflated - len(data)) // MiB):
+                    member.write(bytes(MiB))
+    return out.getvalue()
+
+
+def test_deflated_zip_that_inflates_enormously_is_refused_from_its_directory(tmp_path):
+    """32 MiB of zeros deflate to about 32 KiB. torch.load would inflate them; the directory gives it away."""
+    tensor = torch.zeros(8 * MiB)  # 32 MiB
+    body = torch_bytes({"model": {"w": tensor}})
+    bomb = tmp_path / "bomb.pth"
+    bomb.write_bytes(rezip(body, deflate=["data/0"]))
+    assert bomb.stat().st_size < MiB
+    assert torch.load(bomb, weights_only=True)["model"]["w"].numel() == tensor.numel()  # a real bomb
+    assert "inflates" in both_refuse(bomb)
+    honest = tmp_path / "stored.pth"  # the same checkpoint as torch.save writes it: accepted
+    honest.write_bytes(body)
+    assert check_file(honest) == "zip"
+
+
+def test_pickle_member_that_inflates_is_refused_before_it_is_read(tmp_path):
+    """data.pkl is read for the checks themselves, so the directory must be judged before it."""
+    path = tmp_path / "bomb.pth"
+    path.write_bytes(deflate_bomb(torch_bytes({"w": torch.ones(2)}), "data.pkl", 64 * MiB))
+    assert "data.pkl" in both_refuse(path, match="inflates")
+
+
+def _claim_sizes(body: bytes, suffix: str, size: int) -> bytes:
+    """``body`` with the central-directory entry of the member ending in ``suffix`` claiming ``size`` bytes,
+    stored and inflated (what a crafted directory can say; nothing checks it before the member is read)."""
+    data = bytearray(body)
+    start = data.index(b"PK\x01\x02")  # the central directory follows all members
+    while start != -1:
+        name_length = struct.unpack_from("<H", data, start + 28)[0]
+        if data[start + 46 : start + 46 + name_length].decode().endswith(suffix):
+            struct.pack_into("<II", data, start + 20, size, size)
+        start = data.find(b"PK\x01\x02", start + 46)
+    return bytes(data)
+
+
+def test_zip_directory_claiming_more_than_the_bound_is_refused(tmp_path):
+    body = torch_bytes({"a": torch.ones(2), "b": torch.ones(2), "c": torch.ones(2)})
+    for key in ("data/0", "data/1", "data/2"):  # three stored members of 3.75 GiB each: 11 GiB in all
+        body = _claim_sizes(body, key, 0xF0000000)
+    path = tmp_path / "claims.pth"
+    path.write_bytes(body)
+    message = both_refuse(path, match="inflates to")
+    assert ENV in message
+
+
+def test_bound_follows_the_environment(tmp_path, monkeypatch):
+    """A 2 MiB checkpoint in each format: refused under a 1 MiB bound, accepted under 3 MiB."""
+    weights = {"w": torch.ones(MiB // 2)}  # 2 MiB
+    files = {
+        "zip.pth": torch_bytes(weights),
+        "model.safetensors": safetensors_bytes(weights),
+        "old.pth": _old_style_torch_save(weights),
+    }
+    for name, body in files.items():
+        path = tmp_path / name
+        path.write_bytes(body)
+        monkeypatch.setenv(ENV, "1M")
+        assert ENV in both_refuse(path)
+        for setting in ("3M", "3MiB", str(3 * MiB), " 3 mb "):
+            monkeypatch.setenv(ENV, setting)
+            assert torch.equal(load_file(path)["w"], weights["w"])
+
+
+@pytest.mark.parametrize("setting", ["lots", "0", "-5", "1.5G", "8 parsecs"])
+def test_a_bound_that_is_not_a_size_is_a_clear_error(tmp_path, monkeypatch, setting):
+    path = tmp_path / "model.pth"
+    path.write_bytes(torch_bytes({"w": torch.ones(2)}))
+    monkeypatch.setenv(ENV, setting)
+    with pytest.raises(ValueError, match=ENV) as caught:
+        load_file(path)
+    assert not isinstance(caught.value, CorruptCheckpointError)  # the setting is wrong, not the file
+
+
+def test_check_file_reads_no_tensor_data(tmp_path):
+    """check_file judges a zip by its directory and pickle, a safetensors file by its header: a zip whose
+    tensor record is missing passes it (loading fails), and a 2 GiB safetensors file is checked at once."""
+    missing = tmp_path / "missing.pth"
+    missing.write_bytes(rezip(torch_bytes({"w": torch.ones(4)}), drop=["data/0"]))
+    assert check_file(missing) == "zip"
+    refused(missing, call=load_file)
+    big = tmp_path / "big.safetensors"
+    header = json.dumps({"w": f32([512 * MiB], 0, 2048 * MiB)}).encode()
+    with open(big, "wb") as handle:  # sparse: no disk, no memory
+        handle.write(struct.pack("<Q", len(header)) + header)
+        handle.truncate(8 + len(header) + 2048 * MiB)
+    start = time.monotonic()
+    assert check_file(big) == "safetensors"
+    assert time.monotonic() - start < 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# object graphs: cycles, depth, fan-out
+
+
+def torch_zip_with_pickle(data_pkl: bytes) -> bytes:
+    """A torch.save zip whose data.pkl is ``data_pkl``, written by hand."""
+    return rezip(torch_bytes({}), replace={"data.pkl": data_pkl})
+
+
+def _old_style_torch_save(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer, _use_new_zipfile_serialization=False)
+    return buffer.getvalue()
+
+
+def old_style_with_pickle(obj_pkl: bytes) -> bytes:
+    """torch's old (non-zip) format, built by hand: magic number, protocol, system info, the object, the
+    (empty) list of storages."""
+    header = [0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True, "type_sizes": {}}]
+    return b"".join(pickle.dumps(part, protocol=2) for part in header) + obj_pkl + pickle.dumps([], protocol=2)
+
+
+def deep_list(depth: int) -> bytes:
+    """A pickle of a list nested ``depth`` deep (pickle.dumps itself would hit the recursion limit)."""
+    return b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b"."
+
+
+def deep_tuple_key(depth: int) -> bytes:
+    """A pickle of ``{((...(),...),): 1}``: a dict keyed by a tuple nested ``depth`` deep."""
+    return b"\x80\x02}" + b")" + b"\x85" * depth + b"K\x01s."
+
+
+def test_dict_that_contains_itself_is_refused(tmp_path):
+    cyclic = {}
+    cyclic["model"] = cyclic
+    path = tmp_path / "cycle.pth"
+    path.write_bytes(torch_bytes(cyclic))
+    assert path.stat().st_size < 2000
+    loaded = torch.load(path, weights_only=True)  # torch builds it without complaint
+    assert loaded["model"] is loaded
+    both_refuse(path, match="contains itself")
+
+
+def test_indirect_cycle_is_refused_but_shared_objects_are_not(tmp_path):
+    outer = {"layers": []}
+    outer["layers"].append({"parent": outer})
+    path = tmp_path / "cycle.pth"
+    path.write_bytes(torch_bytes(outer))
+    both_refuse(path, match="contains itself")
+    shared = {"w": torch.ones(2)}  # an EMA copy that is the same dict: shared, not cyclic
+    path.write_bytes(torch_bytes({"model": shared, "model_ema": shared, "steps": [shared, shared]}))
+    loaded = load_file(path)
+    assert loaded["model"] is loaded["model_ema"] and torch.equal(loaded["model"]["w"], torch.ones(2))
+
+
+@pytest.mark.parametrize("container", ["zip", "old-style"])
+def test_list_nested_100k_deep_is_refused_not_a_recursion_error(tmp_path, container):
+    path = tmp_path / "deep.pth"
+    build = torch_zip_with_pickle if container == "zip" else old_style_with_pickle
+    path.write_bytes(build(deep_list(100_000)))
+    both_refuse(path, match="nested deeper than")
+
+
+def test_deeply_nested_dict_key_is_refused_before_unpickling(tmp_path):
+    """A million-deep tuple used as a dict key: hashing it while unpickling recurses in C and kills the
+    interpreter with a segmentation fault (torch 2.14, Python 3.11), so it must never reach torch.load."""
+    path = tmp_path / "key.pth"
+    path.write_bytes(torch_zip_with_pickle(deep_tuple_key(1_000_000)))
+    both_refuse(path, match="nested deeper than")
+
+
+def test_nesting_that_real_checkpoints_have_is_accepted(tmp_path):
+    """Dicts of dicts of lists of tuples, a dozen levels: well within the bound."""
+    value = {"w": torch.ones(1)}
+    for level in range(12):
+        value = {f"level{level}": [(value,)]} if level % 2 else {f"level{level}": value}
+    path = tmp_path / "nested.pth"
+    path.write_bytes(torch_bytes(value))
+    assert check_file(path) == "zip"
+    assert torch.equal(_innermost(load_file(path))["w"], torch.ones(1))
+
+
+def _innermost(value):
+    while "w" not in value:
+        (value,) = value.values()
+        if isinstance(value, list):
+            ((value,),) = value
+    return value
+
+
+def test_small_pickle_fanning_out_to_billions_of_paths_is_refused(tmp_path):
+    """30 lists, each holding the previous one twice: 30 levels, 2**30 paths through them."""
+    fan = []
+    for _ in range(30):
+        fan = [fan, fan]
+    path = tmp_path / "fan.pth"
+    path.write_bytes(torch_bytes({"model": fan}))
+    assert path.stat().st_size < 4000
+    both_refuse(path, match="objects")
+
+
+@pytest.mark.parametrize(
+    "data_pkl, torch_raises",
+    [(b"\x80\x02a.", IndexError), (b"\x80\x02h\x05.", KeyError)],
+    ids=["append to nothing", "memo entry never stored"],
+)
+def test_malformed_pickle_is_corrupt_not_an_index_or_key_error(tmp_path, data_pkl, torch_raises):
+    path = tmp_path / "broken.pth"
+    path.write_bytes(torch_zip_with_pickle(data_pkl))
+    with pytest.raises(torch_raises):  # what torch.load itself raises on it
+        torch.load(path, weights_only=True)
+    both_refuse(path)
+
+
+def test_loaded_objects_are_checked_too():
+    """The walk over what was loaded, for structures the opcode scan never sees."""
+    cyclic = [1, 2]
+    cyclic.append({"back": (cyclic,)})
+    deep = leaf = []
+    for _ in range(pickle_shape.MAX_DEPTH):
+        leaf.append([])
+        leaf = leaf[0]
+    with pytest.raises(pickle_shape.BadShape, match="contains itself"):
+        pickle_shape.check_loaded(cyclic)
+    with pytest.raises(pickle_shape.BadShape, match="nested deeper than"):
+        pickle_shape.check_loaded(deep)
+    shared = {"w": 1}
+    pickle_shape.check_loaded({"a": shared, "b": [shared, (shared, shared)], "t": torch.ones(2)})
+
+
+def test_unsafe_pickles_are_still_refused_before_unpickling(tmp_path):
+    class Payload:
+        def __reduce__(self):
+            return (exec, ("raise SystemExit('payload ran')",))
+
+    path = tmp_path / "evil.pth"
+    path.write_bytes(torch_bytes({"model": {}, "x": Payload()}))
+    assert "builtins.exec" in both_refuse(path, error=UnsafeCheckpointError)
+    path.write_bytes(pickle.dumps({"model": {}, "x": Payload()}, protocol=2))
+    both_refuse(path, error=UnsafeCheckpointError)
