@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
-from ..export import SIZE_MULTIPLE, dynamic_size_range, export_onnx, export_program
+from ..export import SIZE_MULTIPLE, check_size_range, example_size, export_onnx, export_program
 from ..factory import create_model
+from ..registry import resolve_name
+from ..weights.user_weights import load_weights, preprocessing_for
+from .atomic import atomic_output, check_output
 
 __all__ = ["register", "cmd_export"]
+
+# Preprocessing keys written into the ONNX file's metadata (when the weights say what they are).
+_PREPROCESSING = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
 
 
 def _size_range(text: str | None) -> tuple[int, int] | None:
@@ -21,18 +28,31 @@ def _size_range(text: str | None) -> tuple[int, int] | None:
     return low, high
 
 
-def _check_output(path: str) -> None:
-    """Refuse, before minutes of tracing, an output the command cannot write."""
+def _check_output(path: str, inputs: list[str]) -> None:
+    """Refuse, before minutes of tracing, an output the command cannot or must not write."""
     if not path.endswith((".onnx", ".pt2")):
         raise ValueError(f"output {path!r} must end in .onnx (ONNX) or .pt2 (torch.export program)")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"output folder {folder!r} does not exist; create it first")
-    if not os.access(folder, os.W_OK):
-        raise PermissionError(f"output folder {folder!r} is not writable")
+    check_output(path, inputs)
+
+
+def _metadata(args, model, weights) -> dict[str, Any]:
+    """What a runtime needs besides the graph: the weights and, when they say it, their preprocessing."""
+    metadata: dict[str, Any] = {"model": resolve_name(args.name.partition(".")[0]), "weights": "random"}
+    if weights is None:
+        return metadata  # random weights: no preprocessing is theirs
+    from ..weights.data_config import data_config
+
+    metadata.update(weights=os.path.basename(weights.name), layout=weights.layout)
+    if not args.features_only:
+        metadata["num_classes"] = model.num_classes
+    config = preprocessing_for(metadata["model"], weights.entry, weights.layout) or data_config(model)
+    metadata.update({key: config[key] for key in _PREPROCESSING if config.get(key) is not None})
+    return metadata
 
 
 def cmd_export(args) -> int:
+    import torch
+
     if args.weights is None and not args.random_weights:
         print(
             "swin export: no weights given: pass --weights TAG|FILE|URL (e.g. --weights ms_in1k), or "
@@ -40,27 +60,51 @@ def cmd_export(args) -> int:
             file=sys.stderr,
         )
         return 2
-    size_range = _size_range(args.size_range)
-    _check_output(args.output)
-    model = create_model(args.name, pretrained=args.weights or False, features_only=args.features_only)
-    low, high = size_range or dynamic_size_range(model)
-    if args.output.endswith(".pt2"):
-        import torch
+    if args.max_batch < 1:
+        raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}")
+    local = [args.weights] if args.weights and os.path.isfile(args.weights) else []
+    _check_output(args.output, local)
+    with torch.device("meta"):  # the size range needs the architecture only, not its weights
+        skeleton = create_model(args.name, features_only=args.features_only)
+    low, high = check_size_range(skeleton, _size_range(args.size_range))
 
-        torch.export.save(export_program(model, args.max_batch, (low, high)), args.output)
-    else:
-        export_onnx(model, args.output, args.max_batch, (low, high), dynamic=not args.static)
-    kind = "backbone" if args.features_only else "classifier"
-    weights = f"weights {args.weights}" if args.weights else "RANDOM weights (--random-weights)"
-    print(
-        f"wrote {args.output}: {args.name} {kind}, {weights}, batch 1..{args.max_batch}, height and width "
-        f"multiples of {SIZE_MULTIPLE} in {low}..{high}" + (" (static)" if args.static else "")
+    arch = resolve_name(args.name.partition(".")[0])
+    weights = load_weights(arch, args.weights) if args.weights else None
+    overrides: dict[str, Any] = {}
+    if weights is not None and not args.features_only:
+        if weights.num_classes is None:
+            raise ValueError(
+                f"{weights.name} has no classifier head (head.weight); export its backbone with --features-only"
+            )
+        overrides["num_classes"] = weights.num_classes
+    model = create_model(
+        args.name, pretrained=weights.state if weights else False, features_only=args.features_only, **overrides
     )
+    with atomic_output(args.output, local) as temporary:
+        if args.output.endswith(".pt2"):
+            torch.export.save(export_program(model, args.max_batch, (low, high)), temporary)
+        else:
+            metadata = _metadata(args, model, weights)
+            export_onnx(model, temporary, args.max_batch, (low, high), dynamic=not args.static, metadata=metadata)
+    kind = "backbone" if args.features_only else "classifier"
+    described = f"weights {weights.name}" if weights else "RANDOM weights (--random-weights)"
+    if args.static:
+        side = example_size(model, (low, high))
+        shape = f"static input 2x{model.in_chans}x{side}x{side}"
+    else:
+        shape = f"batch 1..{args.max_batch}, height and width multiples of {SIZE_MULTIPLE} in {low}..{high}"
+    print(f"wrote {args.output}: {args.name} {kind}, {described}, {shape} (other sizes are refused)")
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="export a classifier or backbone to ONNX (.onnx) or torch.export (.pt2)")
+    p = sub.add_parser(
+        "export",
+        help="export a classifier or backbone to ONNX (.onnx) or torch.export (.pt2)",
+        description="Export with dynamic batch, height and width. One graph serves one range of sizes (where no "
+        "stage changes between one window and several); the file refuses other sizes when run, and an ONNX file "
+        "carries its range and the weights' preprocessing in its metadata.",
+    )
     p.add_argument("name", help="registered model name, e.g. swin_t")
     p.add_argument("output", help="output file: .onnx, or .pt2 for a torch.export program")
     p.add_argument("--features-only", action="store_true", help="export the multi-scale backbone")
@@ -76,6 +120,10 @@ def register(sub) -> None:
         "--random-weights", action="store_true", help="export with random initial weights (for testing a pipeline)"
     )
     p.add_argument("--max-batch", type=int, default=64, help="largest batch the exported graph accepts")
-    p.add_argument("--size-range", help="MIN,MAX height/width in pixels, multiples of 32 (default: widest valid)")
+    p.add_argument(
+        "--size-range",
+        help="MIN,MAX height/width in pixels, multiples of 32 (default: the widest valid range around the model's "
+        "img_size); a range one graph cannot serve correctly is refused",
+    )
     p.add_argument("--static", action="store_true", help="fixed input shape (ONNX only)")
     p.set_defaults(func=cmd_export)

@@ -48,7 +48,7 @@ def model_rows(pattern: str | None = None) -> list[dict]:
 
 def cmd_list(args) -> int:
     if getattr(args, "pretrained", False):
-        from .weights_cmds import cmd_list_pretrained
+        from .download_cmd import cmd_list_pretrained
 
         return cmd_list_pretrained(args)
     rows = model_rows(args.pattern)

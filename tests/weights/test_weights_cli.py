@@ -49,8 +49,30 @@ def test_download_failure_exit_code(monkeypatch, capsys, server):
 
 def test_list_pretrained_table(capsys):
     assert main(["list", "--pretrained"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 19 + 15 and lines[0].startswith("swin_b.ms_in1k")
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].split() == ["checkpoint", "classes", "input", "crop", "top-1", "top-5", "params", "GMACs", "cached"]
+    assert len(lines) == 1 + 19 + 15 and lines[1].startswith("swin_b.ms_in1k")
+    assert "GFLOPs = 2 x GMACs" in captured.err
+    assert len({line.index(" 224x224") for line in lines if " 224x224" in line}) == 1  # aligned
+
+
+def test_list_pretrained_units_against_torchvision(capsys):
+    """Exact parameters and GMACs for every entry, held to torchvision's published meta (its "GFLOPS" are
+    multiply-adds), the *_192 entries included (their published figure is missing)."""
+    import json
+
+    from torchvision.models import Swin_B_Weights, Swin_T_Weights, Swin_V2_T_Weights
+
+    assert main(["list", "--pretrained", "--format", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    for name, weights in (("swin_t", Swin_T_Weights), ("swin_b", Swin_B_Weights), ("swinv2_t_w8", Swin_V2_T_Weights)):
+        meta = weights.IMAGENET1K_V1.meta
+        row = rows[f"{name}.tv_in1k"]
+        assert abs(row["gmacs"] - meta["_ops"]) < 0.01 * meta["_ops"]
+        if name != "swinv2_t_w8":  # torchvision V2 keeps a qkv bias of 3C (k part zeroed), official q and v: +C a block
+            assert row["params"] == meta["num_params"]
+    assert all(r["gmacs"] > 0 and r["params"] > 0 for r in rows.values())
 
 
 def test_convert_to_official_timm_and_ours(tmp_path, capsys, timm_model):

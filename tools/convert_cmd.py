@@ -1,0 +1,108 @@
+"""``swin convert``: a Swin checkpoint of any supported layout rewritten in another, checked and atomic."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+
+from ..weights import convert, detect_layout, export, safe_load, unwrap
+from ..weights.checks import check_state
+from ..weights.layouts import LAYOUTS
+from ..weights.user_weights import require_file
+from .atomic import atomic_output, check_output
+
+__all__ = ["OUTPUT_FORMATS", "cmd_convert", "register"]
+
+# What ``swin convert`` writes, by output extension.
+OUTPUT_FORMATS = {".safetensors": "safetensors", ".pt": "torch", ".pth": "torch", ".bin": "torch"}
+
+
+def _output_format(path: str, requested: str | None) -> str:
+    """The format of ``path`` from its extension; ``--format`` must agree with it."""
+    extension = os.path.splitext(path)[1].lower()
+    inferred = OUTPUT_FORMATS.get(extension)
+    if inferred is None:
+        known = ", ".join(OUTPUT_FORMATS)
+        raise ValueError(
+            f"output {path}: unknown extension {extension or '(none)'}; swin convert writes {known} "
+            "(.safetensors: safetensors, the others: torch.save). For ONNX use `swin export ARCH OUT.onnx "
+            "--weights CHECKPOINT`"
+        )
+    if requested is not None and requested != inferred:
+        raise ValueError(
+            f"--format {requested} contradicts the output name {path} ({extension} is written as {inferred}); "
+            f"drop --format or name the output {'.safetensors' if requested == 'safetensors' else '.pth'}"
+        )
+    return inferred
+
+
+def _carries(keys, layout: str) -> bool:
+    return any(re.search(pattern, key) for pattern in LAYOUTS[layout].signature for key in keys)
+
+
+def _source_layout(state: dict[str, torch.Tensor], requested: str, origin: str) -> str:
+    """The layout to read ``state`` as: detected, or ``--from L`` once the keys confirm it is L."""
+    detected = detect_layout(state)
+    if requested == "auto" or (requested == detected and _carries(state, requested)):
+        return detected
+    if _carries(state, detected):
+        raise ValueError(
+            f"{origin}: the checkpoint looks like a {detected} checkpoint, not {requested}; pass --from {detected} "
+            "or leave --from out to detect the layout"
+        )
+    shown = ", ".join(sorted(state)[:5])
+    raise ValueError(
+        f"{origin}: not a {requested} checkpoint - none of its keys matches the {requested} layout "
+        f"({' or '.join(LAYOUTS[requested].signature)}); its first keys are {shown}"
+    )
+
+
+def _write(state: dict[str, torch.Tensor], path: str, fmt: str, target: str) -> None:
+    if fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        tensors = {k: v.detach().contiguous().clone() for k, v in state.items()}
+        save_file(tensors, path, metadata={"format": "pt", "layout": target, "written_by": "swin convert"})
+    else:
+        torch.save({"model": state} if target == "official" else state, path)
+
+
+def cmd_convert(args) -> int:
+    """Every check that needs no tensors runs before the input is read: a bad output name costs nothing."""
+    fmt = _output_format(args.output, args.format)
+    require_file(args.input, "input")
+    check_output(args.output, inputs=[args.input])
+    state = unwrap(safe_load.load_file(args.input))
+    source = _source_layout(state, args.source, args.input)
+    ours = convert(state, source=source)
+    check_state(ours, args.input)
+    out = ours if args.to == "swin" else export(ours, target=args.to)
+    with atomic_output(args.output, inputs=[args.input]) as temporary:
+        _write(out, temporary, fmt, args.to)
+    print(f"{args.input} ({source} layout) -> {args.output} ({args.to} layout, {fmt}, {len(out)} tensors)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="rewrite a checkpoint in another layout",
+        description="Read a Swin checkpoint of any supported layout (official, timm, torchvision, transformers, "
+        "mmdet; detected from its keys) and write it in the layout --to: OUT.safetensors as safetensors, "
+        "OUT.pt/.pth/.bin with torch.save. The input must be a complete Swin checkpoint with finite weights; "
+        "OUT is written atomically (a temporary file renamed over it), never over IN and never through a link.",
+    )
+    p.add_argument("input", metavar="IN", help="the checkpoint to read (.safetensors, .pth, .pt, .bin, any layout)")
+    p.add_argument("output", metavar="OUT", help=f"output file: {', '.join(OUTPUT_FORMATS)}")
+    p.add_argument("--to", choices=("official", "timm", "swin"), default="swin", help="target layout")
+    p.add_argument(
+        "--from",
+        dest="source",
+        choices=("auto", "official", "timm", "torchvision", "transformers", "mmdet"),
+        default="auto",
+        help="source layout (default: detected); refused if the keys say otherwise",
+    )
+    p.add_argument("--format", choices=("safetensors", "torch"), default=None, help="must agree with OUT's extension")
+    p.set_defaults(func=cmd_convert)

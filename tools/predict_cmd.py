@@ -1,0 +1,99 @@
+"""``swin predict``: classify one image with the weights a user names, with their head and preprocessing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from ..registry import resolve_name
+from ..weights import manifest
+from ..weights.user_weights import class_labels, locate_weights, preprocessing_for, read_weights
+
+__all__ = ["cmd_predict", "register"]
+
+
+def _read_image(path: str):
+    """The image at ``path`` as RGB, or a one-line error saying what the path is instead."""
+    from PIL import Image
+
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory; pass one image file (swin validate scores a folder)")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such image file")
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except Image.DecompressionBombError as error:
+        raise ValueError(f"{path}: {error}") from None
+    except OSError as error:  # PIL's UnidentifiedImageError included
+        raise ValueError(f"{path} is not an image PIL can read ({error})") from None
+
+
+def cmd_predict(args) -> int:
+    from ..factory import create_model
+    from ..weights.data_config import create_transform, data_config
+
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
+    arch, _, tag = args.model.partition(".")
+    arch = resolve_name(arch)
+    named = manifest.get_entry(arch, tag) if tag else None  # an explicit tag: its weights or preprocessing
+    # The weights are located (fetched if need be) before the image is read, and read after it: a bad image
+    # path costs no checkpoint read, and a missing download is reported whatever the image.
+    located = locate_weights(arch, args.weights if args.weights else (named.tag if named else True))
+    image = _read_image(args.image)
+    weights = read_weights(*located)
+    num_classes = weights.num_classes
+    if num_classes is None:
+        raise ValueError(f"{weights.name} has no classifier head (head.weight): a backbone checkpoint cannot classify")
+    model = create_model(arch, num_classes=num_classes, pretrained=weights.state).eval()
+    described = weights.entry or named  # the tag whose preprocessing and labels apply, if any
+    config = preprocessing_for(arch, described, weights.layout) or data_config(model)
+    x = create_transform(config)(image).unsqueeze(0)
+    with torch.inference_mode():
+        probabilities = model(x).softmax(dim=-1)[0]
+    top = probabilities.topk(min(args.top, probabilities.numel()))
+    names = class_labels(num_classes, described.labels if described else None)
+    rows = [
+        {"index": int(i), "probability": float(p), "label": names[int(i)]}
+        for p, i in zip(top.values, top.indices, strict=True)
+    ]
+    if args.format == "json":
+        shown = ("input_size", "resize_size", "crop_pct", "interpolation", "mean", "std")
+        result = {
+            "image": os.fspath(args.image),
+            "model": weights.entry.name if weights.entry else arch,
+            "weights": weights.name,
+            "file": os.fspath(weights.path),
+            "layout": weights.layout,
+            "num_classes": num_classes,
+            "preprocessing": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items() if k in shown},
+            "top": rows,
+        }
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{args.image} ({arch}, weights {weights.name}, {num_classes} classes):")
+        for rank, row in enumerate(rows, 1):
+            print(f"  {rank}. {row['probability']:7.2%}  {row['index']:>5}  {row['label']}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="classify an image with pretrained weights",
+        description="Classify an image. The head's size comes from the weights (ImageNet-1k names for 1000 "
+        "classes, ImageNet-22k's for 21841, else 'class N'); the preprocessing is the tag's, or for a checkpoint "
+        "file that of its publisher (torchvision's transforms for torchvision files, crop 0.9 bicubic for "
+        "Microsoft's and timm's).",
+    )
+    p.add_argument("image", metavar="IMAGE", help="an image file PIL can read (JPEG, PNG, ...)")
+    p.add_argument("--model", required=True, metavar="NAME[.TAG]", help="e.g. swin_t or swin_b.ms_in22k_ft_in1k")
+    p.add_argument(
+        "--weights", default=None, help="a checkpoint file, URL or tag instead of the tag's (or default) download"
+    )
+    p.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
+    p.set_defaults(func=cmd_predict)
