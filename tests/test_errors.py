@@ -117,3 +117,64 @@ def test_closed_pipe_is_quiet():
         os.close(write_end)
     assert b"Traceback" not in result.stderr and b"Exception ignored" not in result.stderr, result.stderr
     assert result.returncode == 0
+
+
+TINY = """
+tiny_err:
+  embed_dim: 16
+  depths: [1, 1, 1, 1]
+  num_heads: [1, 1, 1, 1]
+  window_size: 7
+  img_size: 224
+"""
+
+
+@pytest.fixture(scope="module")
+def error_files(tmp_path_factory):
+    """A tiny registered model with its checkpoint, an image, a non-image, a corrupt checkpoint and an
+    ImageFolder with one truncated JPEG."""
+    from PIL import Image
+
+    from swin.registry import lookup, register_model
+
+    root = tmp_path_factory.mktemp("errors")
+    (root / "tiny.yaml").write_text(TINY)
+    register_model(root / "tiny.yaml", overwrite=True)
+    torch.save(swin.create_model("tiny_err").state_dict(), root / "tiny.pth")
+    (root / "corrupt.pth").write_bytes(b"PK\x03\x04garbage")
+    Image.new("RGB", (64, 64), (200, 10, 10)).save(root / "img.png")
+    (root / "notimg.png").write_text("hello")
+    folder = root / "val" / "n01440764"
+    folder.mkdir(parents=True)
+    Image.new("RGB", (64, 64)).save(folder / "a.jpg")
+    (folder / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    yield root
+    lookup._configs.pop("tiny_err")  # the registry is per process: leave it as the other tests expect
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["predict", "{r}/missing.png", "--model", "tiny_err", "--weights", "{r}/tiny.pth"], "no such image file"),
+        (["predict", "{r}/val", "--model", "tiny_err", "--weights", "{r}/tiny.pth"], "is a directory"),
+        (["predict", "{r}/notimg.png", "--model", "tiny_err", "--weights", "{r}/tiny.pth"], "not an image"),
+        (["predict", "{r}/img.png", "--model", "tiny_err", "--weights", "{r}/corrupt.pth"], "corrupt.pth"),
+        (["predict", "{r}/img.png", "--model", "swin_t.nope"], "no pretrained tag 'nope'"),
+        (["predict", "{r}/img.png", "--model", "tiny_err", "--weights", "{r}/tiny.pth", "--top", "-1"], "--top"),
+        (["validate", "tiny_err", "--data", "{r}/val", "--weights", "{r}/tiny.pth", "--device", "cuda:7"], "--device"),
+        (["validate", "tiny_err", "--data", "{r}/val", "--weights", "{r}/tiny.pth", "--workers", "0"], "b.jpg"),
+        (["validate", "tiny_err", "--data", "{r}/val", "--weights", "{r}/tiny.pth", "--workers", "1"], "b.jpg"),
+        (["flops", "swin_t", "--plot", "{r}/nodir/p.png"], "does not exist"),
+        (["convert", "{r}/tiny.pth", "/nonexistent-dir/x.safetensors"], "does not exist"),
+        (["export", "swin_t", "{r}/m.onnx", "--random-weights", "--size-range", "100,200"], "multiples of 32"),
+        (["export", "swin_t", "{r}/m.onnx", "--random-weights", "--size-range", "224,224"], "single size"),
+        (["bench", "--rounds", "0"], "--rounds must be at least 1"),
+    ],
+)
+def test_every_listed_command_error_is_one_line(error_files, capsys, argv, expected):
+    """The cases issue 14 found printing tracebacks: each is one line on stderr and a non-zero exit."""
+    argv = [word.format(r=error_files) for word in argv]
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status != 0, argv
+    assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)

@@ -206,6 +206,8 @@ DEFAULT_CASES = [
 
 
 def cmd_bench(args) -> int:
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1 (the median of that many interleaved rounds), got {args.rounds}")
     import swin
 
     cases = [c for c in DEFAULT_CASES if not args.only or any(s in c.name for s in args.only)]

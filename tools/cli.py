@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import pickle
+import re
 import sys
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -91,8 +92,11 @@ def _register_model_files(paths: list[str]) -> None:
 
 def _one_line(error: BaseException, limit: int = 600) -> str:
     """The error as one line: its message (a KeyError's without the quotes), cut at ``limit`` characters."""
-    text = error.args[0] if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
-    text = " ".join(str(text).split()) or type(error).__name__
+    text = str(error.args[0] if isinstance(error, KeyError) and len(error.args) == 1 else error)
+    if "Original Traceback" in text:  # re-raised from a DataLoader worker: its last line is the error itself
+        last = text.strip().splitlines()[-1]
+        text = re.sub(r"^[A-Za-z_][\w.]*: ", "", last)  # without the exception's (dotted) class name
+    text = " ".join(text.split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -25,6 +25,10 @@ def _size_range(text: str | None) -> tuple[int, int] | None:
         low, high = (int(part) for part in text.replace("x", ",").split(","))
     except ValueError:
         raise ValueError(f"--size-range takes MIN,MAX in pixels (e.g. 128,224), got {text!r}") from None
+    if low == high:
+        raise ValueError(
+            f"--size-range {text} is a single size; export it with --static (fixed shape), or give MIN < MAX"
+        )
     return low, high
 
 

@@ -122,8 +122,11 @@ class ImageFolder(Dataset):
         from PIL import Image
 
         path, target = self.samples[index]
-        with Image.open(path) as image:
-            return self.transform(image.convert("RGB")), target
+        try:
+            with Image.open(path) as image:
+                return self.transform(image.convert("RGB")), target
+        except (OSError, Image.DecompressionBombError) as error:  # truncated or not an image at all
+            raise DatasetError(f"{path}: not a readable image ({error}); remove or replace it and run again") from None
 
 
 @dataclass
@@ -188,8 +191,23 @@ def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any],
     return model.eval(), (entry.data_config() if entry else data_config(model)), entry
 
 
+def _device(requested: str | None) -> torch.device:
+    """``--device``, checked before the model moves: a CUDA device this machine does not have is one line."""
+    try:
+        device = torch.device(requested or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as error:
+        raise ValueError(f"--device {requested}: not a device torch knows ({error}); use cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {requested}: torch sees no CUDA GPU on this machine; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     try:
+        device = _device(args.device)
         images = find_images(args.data)
         model, config, entry = _load(args.name, args.weights)
         mapping = class_indices(list(images), model.num_classes, config.get("labels"))
@@ -198,7 +216,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"swin validate: {message}", file=sys.stderr)
         return 2
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.to(device)
     dataset = ImageFolder(images, mapping, create_transform(config))
     loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers, pin_memory=device.type == "cuda")
