@@ -30,7 +30,7 @@ _EXPORTS = {
 }
 
 # submodules reachable as attributes after ``import swin`` (``swin.export.export_onnx``, ``swin.weights``)
-_SUBMODULES = {"export", "layers", "registry", "weights"}
+_SUBMODULES = {"detection", "export", "layers", "registry", "segmentation", "weights"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -1,0 +1,231 @@
+"""Swin inside the segmentation models users run: transformers' UperNet on our backbone gives transformers' own
+Swin UperNet's logits, torchvision's Mask R-CNN trains and predicts on ``swin.detection_backbone``, and
+examples/segmentation.py learns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import swin
+
+transformers = pytest.importorskip("transformers")
+from swin.segmentation import TransformersBackbone, convert_upernet, from_transformers, upernet  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "segmentation.py"
+SMALL = {"embed_dim": 32, "depths": (2, 2, 2, 2), "num_heads": (1, 2, 4, 8)}
+TINY = {"embed_dim": 16, "depths": (1, 1, 1, 1), "num_heads": (1, 2, 4, 8)}
+HEAD = {"hidden_size": 64, "auxiliary_channels": 32}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """transformers' own UperNet on its own SwinBackbone, every weight and BatchNorm statistic random."""
+    config = transformers.UperNetConfig(
+        backbone_config=transformers.SwinConfig(
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in SMALL.items()},
+            window_size=7,
+            out_features=["stage1", "stage2", "stage3", "stage4"],
+        ),
+        num_labels=5,
+        **HEAD,
+    )
+    torch.manual_seed(0)
+    model = transformers.UperNetForSemanticSegmentation(config).eval()
+    with torch.no_grad():  # transformers initialises norms to 1/0 and position tables to 0: exercise them all
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+        for name, buffer in model.named_buffers():
+            if name.endswith("running_mean"):
+                buffer.normal_(0, 0.1)
+            elif name.endswith("running_var"):
+                buffer.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.fixture(scope="module")
+def ours(reference):
+    return from_transformers(reference)
+
+
+def assert_same_logits(expected_model, got_model, x, tolerance=1e-4):
+    with torch.no_grad():
+        expected, got = expected_model(pixel_values=x).logits, got_model(pixel_values=x).logits
+    assert expected.shape == got.shape == (x.shape[0], 5, *x.shape[-2:])
+    assert expected.abs().max() > 0.5  # random weights still give logits far from 0
+    diff = (expected - got).abs().max().item()
+    assert diff <= tolerance, diff
+    return diff
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 200, 264), (2, 3, 224, 224)])
+def test_logits_match_transformers_swin_upernet(reference, ours, shape):
+    """200x264 is no multiple of 32 (stage maps 50x66 ... 7x9, padded to windows); 224 is."""
+    assert isinstance(ours, transformers.UperNetForSemanticSegmentation)
+    assert isinstance(ours.backbone, TransformersBackbone) and isinstance(ours.backbone.body, swin.SwinBackbone)
+    assert ours.backbone.channels == reference.backbone.channels == [32, 64, 128, 256]
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    assert_same_logits(reference, ours, x)
+
+
+def test_saved_checkpoints_load(reference, ours, tmp_path):
+    """transformers' save_pretrained writes its 4.x key names (attention.self.query, ...): a directory, the
+    weights file alone (``upernet(checkpoint=...)``), and a save of ours all load to the same logits."""
+    from safetensors.torch import load_file
+
+    reference.save_pretrained(tmp_path / "theirs")
+    saved = load_file(tmp_path / "theirs" / "model.safetensors")
+    assert any(".attention.self.query." in key for key in saved)
+    x = torch.randn(1, 3, 97, 131, generator=torch.Generator().manual_seed(2))
+    assert_same_logits(reference, from_transformers(tmp_path / "theirs"), x)
+
+    from_file = upernet("swin_t", 5, checkpoint=tmp_path / "theirs" / "model.safetensors", **SMALL, **HEAD).eval()
+    assert_same_logits(reference, from_file, x)
+
+    ours.save_pretrained(tmp_path / "ours")
+    assert all(not key.startswith("backbone.swin.") for key in load_file(tmp_path / "ours" / "model.safetensors"))
+    assert_same_logits(reference, from_transformers(tmp_path / "ours"), x)
+
+
+def test_convert_upernet_keys(reference):
+    converted = convert_upernet(reference.state_dict())
+    assert "backbone.body.layers.0.blocks.0.attn.qkv.weight" in converted
+    assert "backbone.body.norm3.weight" in converted and "backbone.body.norm.weight" not in converted
+    assert not any(key.startswith("backbone.swin") or "hidden_states_norms" in key for key in converted)
+    head = {k for k in reference.state_dict() if not k.startswith("backbone.")}
+    assert head <= set(converted)
+    assert convert_upernet(converted).keys() == converted.keys()  # ours passes through
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return upernet("swin_t", id2label={0: "bg", 1: "thing", 2: "stuff"}, hidden_size=32, auxiliary_channels=16, **TINY)
+
+
+def test_upernet_trains_at_any_size(tiny):
+    """transformers' loss (with the auxiliary head's) at a size that is no multiple of 32 reaches every part."""
+    tiny.train()
+    x = torch.randn(2, 3, 70, 90)
+    labels = torch.randint(0, 3, (2, 70, 90))
+    labels[:, :5] = 255  # transformers' ignore index
+    output = tiny(pixel_values=x, labels=labels)
+    assert output.logits.shape == (2, 3, 70, 90) and torch.isfinite(output.loss)
+    tiny.zero_grad()
+    output.loss.backward()
+    for name in (
+        "backbone.body.patch_embed.proj.weight",
+        "decode_head.classifier.weight",
+        "auxiliary_head.classifier.weight",
+    ):
+        grad = tiny.get_parameter(name).grad
+        assert grad is not None and grad.abs().sum() > 0, name
+    config = tiny.config
+    assert config.num_labels == 3 and config.id2label[2] == "stuff" and config.backbone_config.depths == [1, 1, 1, 1]
+
+
+def test_backbone_options_pass_through():
+    model = upernet(
+        "swin_t", 2, hidden_size=16, use_auxiliary_head=False, frozen_stages=4, out_indices=(1, 2, 3), **TINY
+    ).eval()  # (in training, BatchNorm after the 1x1 pooling needs more than one image)
+    assert model.auxiliary_head is None and model.backbone.out_features == ["stage2", "stage3", "stage4"]
+    assert not any(p.requires_grad for p in model.backbone.parameters())
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 64, 64)).logits.shape == (1, 2, 64, 64)
+    body = swin.create_model("swin_t", features_only=True, **TINY)
+    assert upernet(body, 2, hidden_size=16).backbone.body is body
+
+
+def test_errors_say_what_to_do(tiny):
+    with pytest.raises(ValueError, match="num_labels"):
+        upernet("swin_t", **TINY)
+    with pytest.raises(ValueError, match="id2label names 3"):
+        upernet("swin_t", 2, id2label={0: "a", 1: "b", 2: "c"}, **TINY)
+    with pytest.raises(TypeError, match="create_model"):
+        upernet(swin.create_model("swin_t", features_only=True, **TINY), 2, drop_path_rate=0.2)
+    with pytest.raises(ValueError, match=r"6 of another shape \(checkpoint vs model\) \['auxiliary_head"):
+        upernet("swin_t", 3, checkpoint=tiny.state_dict(), hidden_size=32, **TINY)  # no auxiliary_channels=16
+    with pytest.raises(ValueError, match="model_type 'swin'"):
+        from_transformers(transformers.UperNetConfig())  # its default backbone is a ResNet
+    with pytest.raises(ValueError, match="output_attentions"), torch.no_grad():
+        tiny(torch.randn(1, 3, 64, 64), output_attentions=True)
+
+
+def test_mask_rcnn_trains_and_predicts():
+    torchvision = pytest.importorskip("torchvision")
+    from torchvision.models.detection import MaskRCNN
+
+    torch.manual_seed(0)
+    backbone = swin.detection_backbone("swin_t", out_channels=32, drop_path_rate=0.0, **TINY)
+    detector = MaskRCNN(backbone, num_classes=3, min_size=128, max_size=160)
+    assert isinstance(detector, torchvision.models.detection.MaskRCNN)
+    images = [torch.rand(3, 128, 150), torch.rand(3, 120, 160)]
+    targets = []
+    for (x0, y0, x1, y1), label, (height, width) in [
+        ((10, 12, 60, 70), 1, (128, 150)),
+        ((30, 20, 100, 90), 2, (120, 160)),
+    ]:
+        mask = torch.zeros(1, height, width, dtype=torch.uint8)
+        mask[:, y0:y1, x0:x1] = 1
+        targets.append(
+            {
+                "boxes": torch.tensor([[x0, y0, x1, y1]], dtype=torch.float),
+                "labels": torch.tensor([label]),
+                "masks": mask,
+            }
+        )
+
+    detector.train()
+    losses = detector(images, targets)
+    assert {"loss_classifier", "loss_box_reg", "loss_mask", "loss_objectness", "loss_rpn_box_reg"} <= set(losses)
+    assert all(torch.isfinite(value) for value in losses.values()), losses
+    optimizer = torch.optim.SGD(detector.parameters(), lr=0.01)
+    watched = {
+        name: detector.get_parameter(name).detach().clone()
+        for name in (
+            "backbone.body.layers.0.blocks.0.attn.qkv.weight",
+            "roi_heads.mask_predictor.mask_fcn_logits.weight",
+        )
+    }
+    optimizer.zero_grad()
+    sum(losses.values()).backward()
+    optimizer.step()
+    for name, before in watched.items():
+        assert not torch.equal(detector.get_parameter(name), before), name
+
+    detector.eval()
+    detector.roi_heads.score_thresh = 0.0  # random weights: keep every detection so that masks come out
+    with torch.no_grad():
+        predictions = detector(images)
+    assert len(predictions) == 2
+    for prediction, image in zip(predictions, images, strict=True):
+        n = len(prediction["boxes"])
+        assert n > 0 and prediction["boxes"].shape == (n, 4)
+        assert prediction["labels"].shape == prediction["scores"].shape == (n,)
+        assert prediction["masks"].shape == (n, 1, *image.shape[-2:])
+
+
+@pytest.fixture
+def one_thread():
+    # Models this small train several times faster on one thread than on a contended pool.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_example_loss_falls(one_thread, capsys):
+    spec = importlib.util.spec_from_file_location("segmentation_example", SCRIPT)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    args = ["--model-kwargs", json.dumps(TINY), "--size", "64", "--hidden-size", "32", "--images", "16"]
+    metrics = example.main([*args, "--steps", "16", "--lr", "1e-3", "--seed", "0"])
+    losses = torch.tensor(metrics["losses"])
+    assert len(losses) == 16 and torch.isfinite(losses).all()
+    assert losses[-4:].mean() < 0.9 * losses[:4].mean(), losses
+    printed = capsys.readouterr().out
+    assert "step   15  loss" in printed and "pixel accuracy" in printed
