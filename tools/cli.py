@@ -27,6 +27,7 @@ COMMANDS = {
     "validate": ("validate_cmd", "top-1/top-5 accuracy on an ImageFolder (ImageNet val layout)"),
     "export": ("export_cmd", "export a classifier or backbone to ONNX (.onnx) or torch.export (.pt2)"),
     "bench": ("bench", "time ours against timm and torchvision (same weights, interleaved)"),
+    "show": ("show_cmd", "draw the windows, the cyclic shift, the region masks and where attention goes"),
 }
 
 

@@ -71,6 +71,19 @@ def _window(value: str) -> int:
     return window
 
 
+def _repeats(value: str) -> int:
+    try:
+        repeats = int(value)
+    except ValueError:
+        repeats = 0
+    if repeats < 1:
+        raise argparse.ArgumentTypeError(
+            f"--measure-time takes an optional number of timed forwards (e.g. 5), got {value!r}; "
+            "put the model name first: swin flops swin_t --measure-time"
+        )
+    return repeats
+
+
 def _hw(size: Sequence[int]) -> str:
     return f"{size[0]}x{size[1]}"
 
@@ -427,6 +440,10 @@ def cmd_flops(args) -> int:
     name = resolve_name(args.name)
     measure = not args.no_measure
     try:
+        if args.measure_time is not None:  # time per stage beside MACs per stage: tools/stage_time.py
+            from .stage_time import cmd_stage_time
+
+            return cmd_stage_time(args, name)
         if args.plot:
             if args.img_size is not None:
                 raise ValueError(
@@ -486,4 +503,14 @@ def register(sub) -> None:
     p.add_argument("--dpi", type=int, default=120, help="resolution of a --plot PNG (default 120)")
     p.add_argument("--flops", action="store_true", help="print FLOPs = 2 x MACs instead of MACs")
     p.add_argument("--no-measure", action="store_true", help="analytic count only, no counted forward")
+    p.add_argument(
+        "--measure-time",
+        nargs="?",
+        const=5,
+        default=None,
+        type=_repeats,
+        metavar="N",
+        help="time each stage (attention apart) on the CPU, median of N forwards (default 5), beside its MACs: "
+        "a table, or with --plot FILE a figure of time against MACs per stage (run it on a quiet machine)",
+    )
     p.set_defaults(func=cmd_flops)

@@ -130,10 +130,16 @@ def test_validate_takes_weights_and_the_old_checkpoint_spelling():
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_option_and_argument_has_help(command):
     parser = build_parser(command)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    missing = [
-        "/".join(action.option_strings) or action.dest
-        for action in sub.choices[command]._actions
-        if not isinstance(action, argparse._HelpAction) and not action.help
-    ]
-    assert not missing, f"swin {command}: no help for {missing}"
+    missing = []
+
+    def walk(name: str, sub: argparse.ArgumentParser) -> None:
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child, child_parser in action.choices.items():
+                    walk(f"{name} {child}", child_parser)
+            if not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{name}: {'/'.join(action.option_strings) or action.dest}")
+
+    top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    walk(f"swin {command}", top.choices[command])
+    assert not missing, f"no help for {missing}"
