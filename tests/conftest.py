@@ -20,13 +20,25 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 TIMM_NAMES = {name: swin.get_config(name).aliases[0] for name in swin.list_models()}
 
 
-def timm_pair(name: str, **timm_kwargs):
-    """A randomly initialised timm model and ours carrying its weights, both in eval mode."""
+# SWIN_FULL_PARITY=1: parity tests build every model at its full depth (else the expensive ones at two blocks
+# per stage, a regular and a shifted one: more blocks of the same stage prove nothing more).
+FULL_PARITY = os.environ.get("SWIN_FULL_PARITY") == "1"
+
+
+def parity_depths(name: str) -> dict:
+    """Depth override for the S/B/L models unless SWIN_FULL_PARITY=1 (the T models run at full depth)."""
+    return {} if FULL_PARITY or "_t" in name else {"depths": (2, 2, 2, 2)}
+
+
+def timm_pair(name: str, depths: tuple[int, ...] | None = None, **timm_kwargs):
+    """A randomly initialised timm model and ours carrying its weights, both in eval mode (both built with
+    ``depths`` when given)."""
     import timm
 
     torch.manual_seed(0)
-    reference = timm.create_model(TIMM_NAMES[name], **timm_kwargs).eval()
-    ours = swin.create_model(name).eval()
+    shape = {} if depths is None else {"depths": depths}
+    reference = timm.create_model(TIMM_NAMES[name], **shape, **timm_kwargs).eval()
+    ours = swin.create_model(name, **shape).eval()
     ours.load_state_dict(convert(reference.state_dict(), source="timm"))
     return reference, ours
 

@@ -1,4 +1,7 @@
-"""Logits equal the independent implementations (timm, torchvision) given the same weights."""
+"""Logits equal the independent implementations (timm, torchvision) given the same weights.
+
+Against timm, the S/B/L models run with two blocks per stage (every stage, width, window and head kept) unless
+SWIN_FULL_PARITY=1 asks for the full depths; against torchvision at full depth."""
 
 from __future__ import annotations
 
@@ -8,14 +11,14 @@ import torch
 import swin
 from swin.weights import convert
 
-from .conftest import timm_pair
+from .conftest import parity_depths, timm_pair
 
 TOLERANCE = 1e-5
 
 
 @pytest.mark.parametrize("name", [n for n in swin.list_models() if swin.get_config(n).version == 1])
 def test_matches_timm_at_native_size(name):  # Swin V2: tests/test_parity_v2.py
-    reference, ours = timm_pair(name)
+    reference, ours = timm_pair(name, **parity_depths(name))
     x = torch.randn(2, 3, *swin.get_config(name).img_size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected, got = reference(x), ours(x)
@@ -27,7 +30,7 @@ def test_matches_timm_at_native_size(name):  # Swin V2: tests/test_parity_v2.py
 def test_matches_torchvision(name):
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
-    reference = getattr(torchvision.models, name)().eval()
+    reference = getattr(torchvision.models, name)().eval()  # full depth: torchvision's builders fix it
     ours = swin.create_model(name).eval()
     ours.load_state_dict(convert(reference.state_dict(), source="torchvision"))
     x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(2))
