@@ -10,25 +10,9 @@ import torch
 from ..registry import resolve_name
 from ..weights import manifest
 from ..weights.user_weights import class_labels, locate_weights, preprocessing_for, read_weights
+from .images import read_image
 
 __all__ = ["cmd_predict", "register"]
-
-
-def _read_image(path: str):
-    """The image at ``path`` as RGB, or a one-line error saying what the path is instead."""
-    from PIL import Image
-
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path} is a directory; pass one image file (swin validate scores a folder)")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such image file")
-    try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except Image.DecompressionBombError as error:
-        raise ValueError(f"{path}: {error}") from None
-    except OSError as error:  # PIL's UnidentifiedImageError included
-        raise ValueError(f"{path} is not an image PIL can read ({error})") from None
 
 
 def cmd_predict(args) -> int:
@@ -43,7 +27,7 @@ def cmd_predict(args) -> int:
     # The weights are located (fetched if need be) before the image is read, and read after it: a bad image
     # path costs no checkpoint read, and a missing download is reported whatever the image.
     located = locate_weights(arch, args.weights if args.weights else (named.tag if named else True))
-    image = _read_image(args.image)
+    image = read_image(args.image, " (swin validate scores a folder)")
     weights = read_weights(*located)
     num_classes = weights.num_classes
     if num_classes is None:

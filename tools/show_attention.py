@@ -18,6 +18,7 @@ import torch
 
 from ..layers.attention_probs import attention_output, attention_probabilities
 from ..registry import get_config, resolve_name
+from .images import read_image
 from .show_windows import WindowLayout, layout_for
 
 __all__ = [
@@ -44,22 +45,6 @@ class AttentionRequest:
     block: int  # 1-based
     head: int | None  # 1-based; None: the mean of the heads
     query: tuple[int, int]  # (row, col) in the stage's map, 0-based
-
-
-def _check_image(path: str) -> None:
-    from PIL import Image
-
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path} is a directory; pass one image file")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such image file; pass the path of a PNG or JPEG image")
-    try:
-        with Image.open(path) as image:
-            image.verify()
-    except Image.DecompressionBombError as error:
-        raise ValueError(f"{path}: {error}") from None
-    except (OSError, SyntaxError) as error:  # PIL's UnidentifiedImageError included
-        raise ValueError(f"{path} is not an image PIL can read ({error})") from None
 
 
 def _locate_weights(arch: str, tag: str, weights: str | None, random_weights: bool):
@@ -99,7 +84,7 @@ def check_request(args) -> AttentionRequest:
         raise ValueError(f"--model {args.model} ends in a dot; write NAME or NAME.TAG (e.g. swin_t.ms_in1k)")
     arch = resolve_name(arch)
     config = get_config(arch)
-    _check_image(args.image)
+    read_image(args.image)  # before any model is built: a bad path costs nothing
     entry, weights = _locate_weights(arch, tag, args.weights, args.random_weights)
     stages = len(config.depths)
     if not 1 <= args.stage <= stages:
