@@ -59,9 +59,10 @@ def _placement(paths: list[Path]) -> str:
     return f"To use a copy obtained by other means, place it (any supported layout) at:\n{listed}"
 
 
-def check_checkpoint(path: str | os.PathLike, origin: str | None = None) -> None:
-    """Everything a file must pass before it is cached: it loads completely without running code, converts
-    to a Swin state dict, and that is a complete trunk with finite weights (``checks.check_state``).
+def read_checked(path: str | os.PathLike, origin: str | None = None) -> tuple[dict[str, Any], str]:
+    """The checkpoint at ``path`` in our layout, and the layout it came in, once it has passed everything a
+    file must pass before it is cached or used: it loads completely without running code, converts to a Swin
+    state dict, and that is a complete trunk with finite weights (``checks.check_state``).
 
     Raises:
         UnsafeCheckpointError: a pickle that would run code.
@@ -70,10 +71,18 @@ def check_checkpoint(path: str | os.PathLike, origin: str | None = None) -> None
     origin = origin or os.fspath(path)
     checkpoint = safe_load.load_file(path)
     try:
-        converted = convert(unwrap(checkpoint), source="auto")
+        state = unwrap(checkpoint)
+        layout = detect_layout(state)
+        converted = convert(state, source=layout)
     except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as error:
         raise safe_load.CorruptCheckpointError(f"{origin}: not convertible to a Swin state dict ({error})") from None
     checks.check_state(converted, origin)
+    return converted, layout
+
+
+def check_checkpoint(path: str | os.PathLike, origin: str | None = None) -> None:
+    """:func:`read_checked` for its checks only (the download's check before the file is cached)."""
+    read_checked(path, origin)
 
 
 def _failure(shown: str, error: BaseException) -> str:

@@ -13,10 +13,8 @@ from typing import Any
 import torch
 
 from ..registry import resolve_name
-from . import manifest, safe_load
-from .checks import check_state
-from .convert import convert, detect_layout, unwrap
-from .pretrained import WeightsNotFoundError, resolve
+from . import manifest
+from .pretrained import WeightsNotFoundError, read_checked, resolve
 
 __all__ = [
     "LoadedWeights",
@@ -97,10 +95,7 @@ def load_weights(arch: str, value: str | bool = True, option: str = "--weights")
 
 def read_weights(path: Path, entry: manifest.PretrainedEntry | None = None) -> LoadedWeights:
     """The second half of :func:`load_weights`, for a file :func:`locate_weights` found."""
-    state = unwrap(safe_load.load_file(path))
-    layout = detect_layout(state)
-    ours = convert(state, source=layout)
-    check_state(ours, f"{entry.name} ({path})" if entry else os.fspath(path))
+    ours, layout = read_checked(path, f"{entry.name} ({path})" if entry else os.fspath(path))
     return LoadedWeights(ours, Path(path), layout, entry)
 
 
