@@ -46,3 +46,12 @@ def timm_pair(name: str, depths: tuple[int, ...] | None = None, **timm_kwargs):
 @pytest.fixture
 def seeded():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def one_thread():
+    """Small models train several times faster on one thread than on a contended pool (the examples' tests)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

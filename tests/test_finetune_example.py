@@ -27,15 +27,6 @@ def load_example():
     return module
 
 
-@pytest.fixture
-def one_thread():
-    # A model this small trains several times faster on one thread than on a contended pool.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_few_steps_learn_with_layer_decayed_groups_and_schedule(tmp_path, monkeypatch, one_thread):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     lr, layer_decay, warmup, steps = 2e-3, 0.5, 3, 12

@@ -209,15 +209,6 @@ def test_mask_rcnn_trains_and_predicts():
         assert prediction["masks"].shape == (n, 1, *image.shape[-2:])
 
 
-@pytest.fixture
-def one_thread():
-    # Models this small train several times faster on one thread than on a contended pool.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_example_loss_falls(one_thread, capsys):
     spec = importlib.util.spec_from_file_location("segmentation_example", SCRIPT)
     example = importlib.util.module_from_spec(spec)
