@@ -25,7 +25,7 @@ from typing import TypeVar
 import torch
 import torch.nn.functional as F
 
-__all__ = ["CHUNK_BYTES", "ENABLED", "image_chunks", "run_in_image_chunks", "window_sdpa"]
+__all__ = ["CHUNK_BYTES", "ENABLED", "image_chunks", "plain", "run_in_image_chunks", "window_sdpa"]
 
 # The largest intermediate a piece may make: under glibc's 32 MiB mmap threshold with room to spare.
 CHUNK_BYTES = 24 * 2**20
@@ -45,7 +45,7 @@ def image_chunks(model: torch.nn.Module, x: torch.Tensor, bytes_per_image: Calla
     if model.training or torch.is_grad_enabled() or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return None
     batch = x.shape[0]
-    if batch < 2 or not _plain(model):
+    if batch < 2 or not plain(model):
         return None
     per_chunk = max(1, CHUNK_BYTES // max(1, bytes_per_image()))
     if per_chunk >= batch:
@@ -72,7 +72,7 @@ def _concatenate(pieces: list):
 _PER_SAMPLE = ("swin.", "torch.nn.modules.")
 
 
-def _plain(model: torch.nn.Module) -> bool:
+def plain(model: torch.nn.Module) -> bool:
     """No forward hooks below ``model`` or global ones, and only modules known to work per sample."""
     from torch.nn.modules import module as torch_module
 
@@ -109,7 +109,7 @@ def window_sdpa(
     tracing = torch.compiler.is_compiling()
     if tracing:
         q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-    if not masked or (batch == 1 and not tracing):
+    if not masked or (not tracing and batch == 1):
         shape = (batch * windows, heads, n, head_dim)
         if masked:
             bias = bias.view(windows, heads, n, n)

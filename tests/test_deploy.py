@@ -44,7 +44,7 @@ def test_torch_export_dynamic_batch_and_size(features_only):
             assert (e - g).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize("features_only", [False, True])
+@pytest.mark.parametrize("features_only", [True])  # the classifier's file: tests/test_export_guard.py
 def test_onnx_two_sizes_from_one_file(tmp_path, features_only):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
@@ -69,17 +69,17 @@ def test_compile_has_no_graph_breaks_and_recompiles_only_for_new_sizes():
 
     model = small()
     torch._dynamo.reset()
-    explanation = torch._dynamo.explain(model)(torch.randn(2, 3, 224, 224))
-    assert explanation.graph_break_count == 0, [b.reason for b in explanation.break_reasons]
-
-    torch._dynamo.reset()
     counter = CompileCounter()
     compiled = torch.compile(model, backend=counter)
     first = torch.randn(2, 3, 224, 224)
     torch._dynamo.mark_dynamic(first, 0)
     with torch.no_grad():
         compiled(first)
-        assert counter.frame_count == 1
+        if counter.frame_count != 1:  # each graph break makes one more graph; say where they are
+            torch._dynamo.reset()
+            explanation = torch._dynamo.explain(model)(first)
+            reasons = [b.reason for b in explanation.break_reasons]
+            pytest.fail(f"{explanation.graph_break_count} graph breaks: {reasons}")
         compiled(torch.randn(3, 3, 224, 224))
         compiled(torch.randn(5, 3, 224, 224))
         assert counter.frame_count == 1, "recompiled for a new batch size"

@@ -63,9 +63,10 @@ def session(exported):
 
 
 def test_every_accepted_size_matches_eager(exported, session):
-    model, _ = exported
-    for height, width in [(128, 128), (160, 160), (192, 192), (224, 224), (128, 224), (224, 160)]:
-        x = torch.randn(2, 3, height, width)
+    model, path = exported
+    assert {node.domain for node in onnx.load(path).graph.node} <= {"", "ai.onnx"}, "custom ops in the graph"
+    for batch, (height, width) in enumerate([(128, 128), (160, 160), (192, 192), (224, 224), (128, 224), (224, 160)]):
+        x = torch.randn(1 + batch % 4, 3, height, width)  # batch 1..4 (the file's max_batch)
         with torch.no_grad():
             expected = model(x).numpy()
         (got,) = session.run(None, {"x": x.numpy()})
@@ -119,6 +120,29 @@ def test_size_range_checks():
             check_size_range(model, bad)
     with pytest.raises(ValueError, match="widest valid range is 256..2048"):
         check_size_range(swin.create_model("swin_t", features_only=True), (128, 512))
+
+
+def test_ranges_of_models_with_fewer_stages():
+    """A two-stage model's maps are those of swin_t's first two stages (56 and 28 at 224): stage 2 fits in
+    one window (7) only at 32 (a 4x4 map), so one graph serves 64..2048. Every range keeps each block's shift
+    the same at both ends (the shift is what a traced graph cannot change)."""
+    model = swin.create_model("swin_t", depths=(2, 2), num_heads=(1, 2), embed_dim=16)
+    assert valid_size_ranges(model) == [(32, 32), (64, 2048)]
+    sides = {}
+    hooks = [
+        s.register_forward_pre_hook(lambda m, a, i=i: sides.__setitem__(i, a[0].shape[1:3]))
+        for i, s in enumerate(model.layers)
+    ]
+
+    def shifts(size):
+        with torch.no_grad():
+            model(torch.zeros(1, 3, size, size))
+        return [b.shift_for(*sides[i]) for i, stage in enumerate(model.layers) for b in stage.blocks]
+
+    for low, high in valid_size_ranges(model)[:2]:
+        assert shifts(low) == shifts(high), (low, high)
+    for hook in hooks:
+        hook.remove()
 
 
 def test_output_refusals_come_before_tracing(tiny_arch, tmp_path, capsys):
