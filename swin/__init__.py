@@ -25,6 +25,9 @@ _EXPORTS = {
     "flops": ".costs",
     "get_config": ".registry",
     "list_models": ".catalog",
+    "OptimizedModel": ".optimized",
+    "fastest_dtype": ".optimized",
+    "optimize": ".optimized",
     "param_groups": ".optim",
     "register_model": ".registry",
 }

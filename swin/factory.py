@@ -54,6 +54,7 @@ def create_model(
     features_only: bool = False,
     out_indices: Sequence[int] = (0, 1, 2, 3),
     checkpoint_path: str | os.PathLike | None = None,
+    optimize: bool | str | Any = False,
     **overrides: Any,
 ) -> SwinTransformer | SwinBackbone:
     """Build the registered architecture ``name`` (timm's names work as aliases).
@@ -74,6 +75,8 @@ def create_model(
             ``norm_eval`` pass through to the backbone as well.
         checkpoint_path: a checkpoint file (any supported layout) loaded after ``pretrained``, as timm's
             ``checkpoint_path=``; its head must fit ``num_classes``.
+        optimize: ``True`` (or a dtype: ``"bfloat16"``, ``torch.float32``, ...): return the model through
+            :func:`swin.optimize`, the fastest inference version for this machine (compiled on its first call).
         **overrides: any :class:`swin.registry.SwinConfig` field (``num_classes=10``, ``img_size=384``,
             ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier ``global_pool`` ("avg",
             "max", "avgmax", "catavgmax", "").
@@ -115,6 +118,10 @@ def create_model(
             load_pretrained(model, canonical, pretrained)
         if checkpoint_path is not None:
             load_pretrained(model, canonical, _existing_file(checkpoint_path))
+    if optimize is not False:
+        from .optimized import optimize as make_fast
+
+        return make_fast(model, dtype="auto" if optimize is True else optimize)
     return model
 
 

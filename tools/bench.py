@@ -10,6 +10,7 @@ its fused attention off (its default for Swin) and on, keeping the faster, and b
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import statistics
 import sys
@@ -81,12 +82,14 @@ class _Unchunked(torch.nn.Module):
 
 
 def _implementations(
-    case: Case, device: str, compile: bool = False, unchunked: bool = False
+    case: Case, device: str, compile: bool = False, unchunked: bool = False, ways: tuple[str, ...] = ()
 ) -> dict[str, Callable[[torch.Tensor], object]]:
     """Same weights everywhere: torchvision's random init (when it has the architecture) converted to ours,
     and ours exported to timm's layout. ``compile``: every implementation under ``torch.compile`` (each
     peer compiled too, so ratios stay like for like), and ours uncompiled as ``ours-eager`` for the gain.
-    ``unchunked``: ours also with chunked inference off, as ``ours-unchunked``."""
+    ``unchunked``: ours also with chunked inference off, as ``ours-unchunked``. ``ways``: the peers also run
+    each of those ways (tools/bench_ways.py; timm with its fused attention), as ``timm-fused <way>`` and
+    ``torchvision <way>``, and ours also through :func:`swin.optimize`, as ``ours-optimized``."""
     import timm
 
     import swin
@@ -118,6 +121,14 @@ def _implementations(
             impls["timm-fused" if fused else "timm"] = model
     for model in impls.values():
         model.to(device).train(case.kind == "train")
+    if ways:
+        from .bench_ways import peer_way
+
+        for name in [n for n in ("timm-fused", "torchvision") if n in impls]:
+            for way in ways:
+                if way != "eager":
+                    impls[f"{name} {way}"] = peer_way(impls[name], way, device)
+        impls["ours-optimized"] = swin.optimize(copy.deepcopy(ours))
     if compile:
         impls = {name: torch.compile(model) for name, model in impls.items()} | {"ours-eager": ours}
     if unchunked:
@@ -148,14 +159,26 @@ def _runner(model: torch.nn.Module, case: Case, name: str, device: str) -> Calla
 
 
 def run_case(
-    case: Case, rounds: int = 5, warmup: int = 2, device: str = "cpu", compile: bool = False, unchunked: bool = False
+    case: Case,
+    rounds: int = 5,
+    warmup: int = 2,
+    device: str = "cpu",
+    compile: bool = False,
+    unchunked: bool = False,
+    ways: tuple[str, ...] = (),
 ) -> Result:
-    impls = _implementations(case, device, compile, unchunked)
+    impls = _implementations(case, device, compile, unchunked, ways)
     x = torch.randn(case.batch, 3, *case.size, device=device)
     runners = {name: _runner(model, case, name, device) for name, model in impls.items()}
     samples: dict[str, list[float]] = {name: [] for name in runners}
-    for run in runners.values():
-        for _ in range(warmup):
+    first_calls: dict[str, float] = {}
+    for name, run in runners.items():
+        start = time.perf_counter()
+        run(x)  # the first call compiles what is compiled
+        result_first = time.perf_counter() - start
+        if name == "ours-optimized" or " compiled" in name or compile:
+            first_calls[name] = result_first
+        for _ in range(warmup - 1):
             run(x)
     for _ in range(rounds):
         for name, run in runners.items():
@@ -163,13 +186,23 @@ def run_case(
             run(x)
             samples[name].append(time.perf_counter() - start)
     result = Result(case.name, {name: statistics.median(values) for name, values in samples.items()})
+    result.extra.update({f"first call s: {name}": seconds for name, seconds in first_calls.items()})
+    if "ours-optimized" in impls and case.kind == "eval":
+        with torch.inference_mode():
+            reference, fast = impls["ours"](x), impls["ours-optimized"](x)
+        result.extra["optimized_relative_error"] = _relative_error(fast, reference)
     if case.dtype != torch.float32 and case.kind == "eval":
         with torch.inference_mode():
             reference = impls["ours"](x)
             with torch.autocast(device.split(":")[0], dtype=case.dtype):
                 low = impls["ours"](x)
-        result.extra["relative_error"] = ((low.float() - reference).norm() / reference.norm()).item()
+        result.extra["relative_error"] = _relative_error(low, reference)
     return result
+
+
+def _relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
+    """Norm of the difference over the norm of the reference (float32)."""
+    return ((output.float() - reference.float()).norm() / reference.float().norm()).item()
 
 
 def profile_case(case: Case, rounds: int = 3, device: str = "cpu", top: int = 12) -> str:
@@ -205,19 +238,63 @@ DEFAULT_CASES = [
 ]
 
 
+def _selected_cases(args) -> list[Case]:
+    """``--model`` makes one case of any registered model; otherwise the default cases (``--only`` filters)."""
+    if args.model:
+        import swin
+
+        arch = swin.get_config(args.model).name  # a clear error for an unknown name
+        size = _parse_size(args.img_size) if args.img_size else swin.get_config(arch).img_size
+        batch = args.batch or 8
+        dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+        name = f"{arch} {args.kind} b{batch} {size[0]}x{size[1]} {args.dtype}"
+        return [Case(name, arch, batch, tuple(size), dtype, args.kind)]
+    cases = [c for c in DEFAULT_CASES if not args.only or any(s in c.name for s in args.only)]
+    if args.device.startswith("cuda"):
+        batch = args.batch or 64
+        cases = [Case(c.name.replace("b8", f"b{batch}"), c.arch, batch, c.size, c.dtype, c.kind) for c in cases]
+    return cases
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) not in (1, 2) or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--img-size must be H or H,W in pixels (e.g. 224 or 800,1333), got {text!r}")
+    sizes = [int(p) for p in parts]
+    return (sizes[0], sizes[-1])
+
+
+def _selected_ways(args) -> tuple[str, ...]:
+    from .bench_ways import WAYS, ways_for_machine
+
+    if not args.ways:
+        return ()
+    if args.ways == ["auto"]:
+        return ways_for_machine(args.device)
+    if args.ways == ["all"]:
+        return WAYS
+    unknown = [w for w in args.ways if w not in WAYS]
+    if unknown:
+        raise ValueError(f"--ways: unknown {', '.join(unknown)}; choose from auto, all, {', '.join(WAYS)}")
+    return tuple(args.ways)
+
+
 def cmd_bench(args) -> int:
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1 (the median of that many interleaved rounds), got {args.rounds}")
+    if args.batch is not None and args.batch < 1:
+        raise ValueError(f"--batch must be at least 1, got {args.batch}")
     import swin
 
-    cases = [c for c in DEFAULT_CASES if not args.only or any(s in c.name for s in args.only)]
-    if args.device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            print("swin bench: --device cuda but no CUDA device is available", file=sys.stderr)
-            return 2
-        cases = [
-            Case(c.name.replace("b8", f"b{args.batch}"), c.arch, args.batch, c.size, c.dtype, c.kind) for c in cases
-        ]
+    from .machine import describe, machine_info
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("swin bench: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    cases = _selected_cases(args)
+    ways = _selected_ways(args)
+    machine = machine_info(args.device)
+    print(describe(machine), file=sys.stderr)
     if args.profile:
         for case in cases:
             print(profile_case(case, device=args.device))
@@ -228,11 +305,15 @@ def cmd_bench(args) -> int:
         f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {args.rounds} rounds, medians",
         file=sys.stderr,
     )
+    if ways:
+        print(f"peer ways: {', '.join(ways)} (see tools/bench_ways.py); ours also optimized", file=sys.stderr)
     rows = []
     for case in cases:
-        result = run_case(case, args.rounds, device=args.device, compile=args.compile, unchunked=args.unchunked)
+        result = run_case(
+            case, args.rounds, device=args.device, compile=args.compile, unchunked=args.unchunked, ways=ways
+        )
         ours = result.times["ours"]
-        timm_best = min((v for k, v in result.times.items() if k.startswith("timm")), default=None)
+        timm_best = min((v for k, v in result.times.items() if k in ("timm", "timm-fused")), default=None)
         row = {"case": case.name, "ms": {k: round(v * 1e3, 2) for k, v in result.times.items()}}
         if timm_best is not None:
             row["speedup_vs_timm"] = round(timm_best / ours, 3)
@@ -242,18 +323,38 @@ def cmd_bench(args) -> int:
             row["chunking_gain"] = round(result.times["ours-unchunked"] / ours, 3)
         if "ours-eager" in result.times:
             row["compile_gain"] = round(result.times["ours-eager"] / ours, 3)
+        peers = {k: v for k, v in result.times.items() if k.startswith(("timm", "torchvision"))}
+        if "ours-optimized" in result.times and peers:
+            fastest = min(peers, key=peers.get)
+            row["fastest_peer"] = fastest
+            row["optimized_vs_fastest_peer"] = round(peers[fastest] / result.times["ours-optimized"], 3)
         if case.kind == "eval":
             macs = swin.flops(case.arch, img_size=case.size, measure=False)["macs"]["analytic"] * case.batch
             floor = 2 * macs / rate[str(case.dtype).split(".")[-1]]
             row["floor_ms"] = round(floor * 1e3, 2)
             row["over_floor"] = round(ours / floor, 2)
+            if "ours-optimized" in result.times:
+                from swin.optimized import fastest_dtype
+
+                fast_floor = 2 * macs / rate[str(fastest_dtype(args.device)).split(".")[-1]]
+                row["optimized_over_floor"] = round(result.times["ours-optimized"] / fast_floor, 2)
         row.update({k: round(v, 5) for k, v in result.extra.items()})
         rows.append(row)
         print(_format_row(row), file=sys.stderr)
     if args.format == "json":
-        print(json.dumps({"matmul_gflops": {k: round(v / 1e9, 1) for k, v in rate.items()}, "cases": rows}, indent=2))
+        rates = {k: round(v / 1e9, 1) for k, v in rate.items()}
+        print(json.dumps({"machine": machine, "matmul_gflops": rates, "cases": rows}, indent=2))
     else:
+        print(describe(machine))
+        print(
+            f"matrix multiply (1024^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
+            f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {args.rounds} rounds, medians"
+        )
+        print()
         print(_table(rows))
+        if any("fastest_peer" in r for r in rows):
+            print()
+            print(_ways_table(rows))
     return 0
 
 
@@ -292,12 +393,47 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _ways_table(rows: list[dict]) -> str:
+    """Every implementation and way, ms, and ours optimized against the fastest of the peers."""
+    names = list(dict.fromkeys(k for r in rows for k in r["ms"]))
+    header = "| case | " + " | ".join(f"{n} ms" for n in names)
+    header += " | fastest peer | optimized vs it | optimized/floor |"
+    lines = [header, "|---" * (header.count("|") - 1) + "|"]
+    for r in rows:
+        cells = " | ".join(str(r["ms"].get(n, "-")) for n in names)
+        lines.append(
+            f"| {r['case']} | {cells} | {r.get('fastest_peer', '-')} | {r.get('optimized_vs_fastest_peer', '-')}x "
+            f"| {r.get('optimized_over_floor', '-')} |"
+        )
+    return "\n".join(lines)
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="time ours against timm and torchvision (same weights, interleaved)")
     p.add_argument("--only", nargs="*", help="run only cases whose name contains one of these strings")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case; the median is shown (default 5)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--batch", type=int, default=64, help="batch for the b8 cases on CUDA")
+    p.add_argument(
+        "--batch", type=int, help="batch of the --model case (default 8); on CUDA, of the b8 cases (default 64)"
+    )
+    p.add_argument("--model", help="time this registered model instead of the default cases (e.g. swinv2_t_w8)")
+    p.add_argument("--img-size", help="with --model: H or H,W in pixels (default: the model's own)")
+    p.add_argument(
+        "--kind",
+        choices=("eval", "features", "train"),
+        default="eval",
+        help="with --model: classifier inference (default), backbone features, or a training step",
+    )
+    p.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32", help="with --model: fp32 or bf16 (autocast for all)"
+    )
+    p.add_argument(
+        "--ways",
+        nargs="+",
+        metavar="WAY",
+        help="also run the peers these ways and ours optimized (swin.optimize): eager, autocast, bf16, compiled "
+        "(torch.compile with freezing); 'auto' (those that can be fastest on this machine) or 'all'",
+    )
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
     p.add_argument(
         "--compile",

@@ -217,11 +217,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 2
 
     model.to(device)
+    runner = model
+    if args.optimize:  # the fastest inference version for this machine; bf16 weights with --bf16
+        from ..optimized import optimize
+
+        runner = optimize(model, dtype="bfloat16" if args.bf16 else "auto")
     dataset = ImageFolder(images, mapping, create_transform(config))
     loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers, pin_memory=device.type == "cuda")
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     start = time.perf_counter()
-    counts = evaluate(model, loader, device, bf16=args.bf16, progress=progress)
+    counts = evaluate(runner, loader, device, bf16=args.bf16 and not args.optimize, progress=progress)
     seconds = time.perf_counter() - start
 
     n = counts["num_images"]
@@ -239,7 +244,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         "topk": counts["topk"],
         "correct_top1": counts["correct_top1"],
         "correct_top5": counts["correct_top5"],
-        "dtype": "bfloat16" if args.bf16 else "float32",
+        "dtype": str(runner.dtype).removeprefix("torch.") if args.optimize else "bfloat16" if args.bf16 else "float32",
+        "optimized": bool(args.optimize),
         "device": str(device),
         "batch_size": args.batch_size,
         "preprocessing": {
@@ -270,7 +276,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"  preprocessing resize {prep['resize_size']} ({prep['interpolation']}), center crop "
         f"{prep['input_size'][1]}x{prep['input_size'][2]}, mean {prep['mean']}, std {prep['std']}"
     )
-    print(f"  {result['dtype']} on {result['device']}, {result['images_per_second']} images/s")
+    how = ", optimized (swin.optimize)" if args.optimize else ""
+    print(f"  {result['dtype']} on {result['device']}{how}, {result['images_per_second']} images/s")
     return 0
 
 
@@ -294,6 +301,12 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default 64)")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="data loading processes")
     p.add_argument("--bf16", action="store_true", help="run the model under bfloat16 autocast")
+    p.add_argument(
+        "--optimize",
+        action="store_true",
+        help="run swin.optimize's version: the dtype this machine computes fastest (bf16 weights with --bf16), "
+        "compiled with frozen weights (the first batch compiles)",
+    )
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output: table (default) or json")
     p.add_argument(

@@ -66,3 +66,63 @@ def test_profile_names_where_the_time_goes():
     lines = report.splitlines()
     assert lines[2] == "| op | share | ms per call |" and len(lines) == 4 + 12
     assert any("addmm" in line for line in lines)  # the linear layers are most of the work
+
+
+def test_peer_ways_keep_the_same_function():
+    """Each way a user runs a peer for speed computes the same logits (bf16 ways within bf16 error), and ours
+    optimized is swin.optimize in the machine's fastest dtype. Compiled ways are checked in test_optimize."""
+    from swin.optimized import OptimizedModel, fastest_dtype
+
+    case = bench.Case("swin_t eval b1 224 fp32", "swin_t", 1, (224, 224))
+    impls = bench._implementations(case, "cpu", ways=("eager", "autocast", "bf16"))
+    ways = {"timm-fused autocast", "timm-fused bf16", "torchvision autocast", "torchvision bf16"}
+    assert set(impls) == {"ours", "timm", "timm-fused", "torchvision", "ours-optimized"} | ways
+    assert isinstance(impls["ours-optimized"], OptimizedModel)
+    assert impls["ours-optimized"].dtype == fastest_dtype("cpu")
+    assert next(impls["ours"].parameters()).dtype == torch.float32  # optimized a copy, not the eager model
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        reference = impls["torchvision"](x)
+        for name in ways:
+            out = impls[name](x).float()
+            assert ((out - reference).norm() / reference.norm()).item() <= 2e-2, name
+        assert next(impls["torchvision"].parameters()).dtype == torch.float32  # cast a copy
+
+
+def test_model_case_and_machine_header():
+    import argparse
+
+    from swin.optimized import cpu_features
+    from swin.tools.machine import describe, machine_info
+
+    args = argparse.Namespace(
+        model="swinv2_t_w8", img_size="256,320", batch=2, kind="features", dtype="fp32", only=None, device="cpu"
+    )
+    (case,) = bench._selected_cases(args)
+    assert (case.name, case.arch, case.batch, case.size, case.kind) == (
+        "swinv2_t_w8 features b2 256x320 fp32",
+        "swinv2_t_w8",
+        2,
+        (256, 320),
+        "features",
+    )
+    with pytest.raises(ValueError, match="--img-size must be H or H,W"):
+        bench._selected_cases(argparse.Namespace(**{**vars(args), "img_size": "256x320"}))
+    line = describe(machine_info())
+    cpu = cpu_features()
+    assert line.startswith(cpu["name"]) and f"AMX-BF16 {'yes' if cpu['amx_bf16'] else 'no'}" in line
+    assert f"{torch.get_num_threads()} threads" in line and f"torch {torch.__version__}" in line
+    assert line.endswith(" UTC") and "kernels " + torch.backends.cpu.get_cpu_capability() in line
+
+
+def test_ways_table_names_the_fastest_peer():
+    row = {
+        "case": "c",
+        "ms": {"ours": 3.0, "timm-fused": 4.0, "timm-fused compiled": 2.0, "ours-optimized": 1.0},
+        "fastest_peer": "timm-fused compiled",
+        "optimized_vs_fastest_peer": 2.0,
+        "optimized_over_floor": 1.2,
+    }
+    lines = bench._ways_table([row]).splitlines()
+    assert "timm-fused compiled ms" in lines[0]
+    assert lines[2] == "| c | 3.0 | 4.0 | 2.0 | 1.0 | timm-fused compiled | 2.0x | 1.2 |"

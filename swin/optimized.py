@@ -1,0 +1,223 @@
+"""The fastest inference model for the machine it runs on: :func:`optimize` (``swin.optimize``).
+
+>>> fast = swin.optimize(swin.create_model("swin_t", pretrained=True))  # dtype and compile chosen for the machine
+>>> logits = fast(images)  # float32 in, float32 out
+
+What it does, in order of what pays:
+
+- **dtype** (``"auto"``): bfloat16 where the hardware multiplies it (CPUs with AMX-BF16 or AVX512-BF16, CUDA
+  devices with bf16; float16 on older CUDA devices), float32 elsewhere: on a CPU without bf16 arithmetic (AVX2
+  only) a bf16 matmul runs about 8x slower than float32. The weights are cast in place; inputs are cast to that
+  dtype and outputs back to the input's dtype, so the caller keeps passing float32 images.
+- **compile** (``True``): ``torch.compile`` with inductor's ``freezing``: the weights become constants of the
+  graph, so linear weights are pre-packed (oneDNN on CPU) and bias + GELU, residual adds and LayerNorm fuse into
+  the matmuls' epilogues. Compiling happens on the first call for each input shape, never on import; its time
+  is in :attr:`OptimizedModel.compile_seconds` (inductor's own caches, on by default, make a second process
+  faster).
+
+Freezing copies the weights into the compiled graph, so the compiled graph would go stale when they change.
+:class:`OptimizedModel` compares every parameter's and buffer's identity, storage and version counter before
+each call and compiles again after any change (an optimizer step, ``load_state_dict``, ``copy_``, ``.to()``).
+Writes through ``.data`` bypass version counters by design (torch's own autograd cannot see them either); after
+such a write call :meth:`OptimizedModel.refresh`. Hooks and wrappers a user adds to submodules are seen: a
+model holding any forward hook, or a module that is not ours or torch's, runs uncompiled (hooks must see every
+call) unless ``compile="force"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .layers.execution import plain
+
+__all__ = ["FrozenCompiled", "OptimizedModel", "cpu_features", "fastest_dtype", "optimize"]
+
+_BUILDS = itertools.count()
+_DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cpu_features() -> dict[str, Any]:
+    """What this CPU has, from torch's own detection (``torch.cpu.get_capabilities``): ``name``, ``isa``
+    (AVX2 / AVX512 / ..., the kernels ATen picked), ``avx2``, ``avx512``, ``avx512_bf16``, ``amx_bf16``,
+    ``cores``."""
+    caps: dict[str, Any] = {}
+    getter = getattr(torch.cpu, "get_capabilities", None)
+    if getter is not None:
+        caps = dict(getter())
+    return {
+        "name": caps.get("cpu_name") or "unknown CPU",
+        "isa": torch.backends.cpu.get_cpu_capability(),
+        "avx2": bool(caps.get("avx2")),
+        "avx512": bool(caps.get("avx512_f")),
+        "avx512_bf16": bool(caps.get("avx512_bf16")),
+        "amx_bf16": bool(caps.get("amx_bf16")),
+        "cores": caps.get("num_physical_cores"),
+    }
+
+
+def fastest_dtype(device: str | torch.device = "cpu", features: dict[str, Any] | None = None) -> torch.dtype:
+    """The dtype inference runs fastest in on ``device``: bfloat16 on CPUs with AMX-BF16 or AVX512-BF16 and on
+    CUDA devices with bf16, float16 on CUDA devices without, float32 elsewhere. ``features``: a
+    :func:`cpu_features` result to decide from (default: this machine's)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cpu":
+        features = features if features is not None else cpu_features()
+        return torch.bfloat16 if features["amx_bf16"] or features["avx512_bf16"] else torch.float32
+    return torch.float32
+
+
+def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        chosen = dtype
+    elif dtype in _DTYPES:
+        chosen = _DTYPES[dtype] or fastest_dtype(device)
+    else:
+        raise ValueError(f"dtype must be 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype, got {dtype!r}")
+    if chosen not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be a floating point type torch computes Swin in, got {chosen}")
+    if chosen == torch.float16 and device.type == "cpu":
+        raise ValueError("float16 is for CUDA; on CPU use dtype='auto' (bfloat16 where the CPU has it)")
+    return chosen
+
+
+def _state_signature(model: nn.Module) -> tuple:
+    """What freezing depends on: each parameter's and buffer's identity, storage, version, dtype and device."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+
+
+def _compilable(model: nn.Module) -> bool:
+    """No forward hooks on or below ``model`` and only our modules and torch's own layers (the execution
+    layer's rule for chunking, :func:`swin.layers.execution.plain`): a hook or a user's module (a LoRA adapter,
+    a quantized linear) must see every call as written."""
+    return not (model._forward_hooks or model._forward_pre_hooks) and plain(model)
+
+
+def _cast_outputs(out: Any, dtype: torch.dtype) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.to(dtype) if out.is_floating_point() else out
+    if isinstance(out, (list, tuple)):
+        return type(out)(_cast_outputs(o, dtype) for o in out)
+    if isinstance(out, dict):
+        return {k: _cast_outputs(v, dtype) for k, v in out.items()}
+    return out
+
+
+class FrozenCompiled(nn.Module):
+    """``torch.compile(model)`` whose graphs are compiled with inductor's ``freezing`` on (set while it runs:
+    in torch 2.14 ``torch.compile(options={"freezing": True})`` does not freeze). Frozen weights are copies:
+    :class:`OptimizedModel` rebuilds this when the weights change. Call it under ``torch.no_grad()``."""
+
+    def __init__(self, model: nn.Module, mode: str | None = None):
+        super().__init__()
+        self.model = model
+
+        def run(x: torch.Tensor) -> Any:
+            return model(x)
+
+        # Dynamo keeps compiled graphs per code object and would serve the previous, stale frozen graph to a
+        # new torch.compile of the same model (its guards do not look at weight values); each build gets a
+        # code object of its own, so its graphs are new, and are freed with it.
+        run.__code__ = run.__code__.replace(co_name=f"frozen_swin_{next(_BUILDS)}")
+        self.compiled = torch.compile(run, mode=mode)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        import torch._inductor.config as inductor_config
+
+        with inductor_config.patch(freezing=True):
+            return self.compiled(x)
+
+
+class OptimizedModel(nn.Module):
+    """Inference wrapper made by :func:`optimize`; ``self.model`` is the model itself (its weights cast to
+    :attr:`dtype`), so a weight update on it is seen (see the module docstring for how)."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype, compile: bool | str, mode: str | None):
+        super().__init__()
+        self.model = model
+        self.dtype = dtype
+        self.compile = compile
+        self.mode = mode
+        self.compile_seconds: dict[tuple[int, ...], float] = {}  # input shape -> seconds its first call took
+        self._compiled: Callable | None = None
+        self._signature: tuple | None = None
+
+    def refresh(self) -> None:
+        """Compile again on the next call (after writes through ``.data``, which version counters miss)."""
+        self._compiled = None
+        self._signature = None
+        self.compile_seconds.clear()
+
+    def train(self, mode: bool = True) -> OptimizedModel:
+        if mode:
+            raise RuntimeError(
+                "an optimized model is for inference (frozen, possibly bf16 weights); train the model itself "
+                "and call swin.optimize on it again afterwards"
+            )
+        return super().train(False)
+
+    def compiled(self) -> bool:
+        """Whether calls run compiled now (False when hooks or foreign modules keep the model eager)."""
+        return self.compile == "force" or (bool(self.compile) and _compilable(self.model))
+
+    def forward(self, x: torch.Tensor) -> Any:
+        out_dtype = x.dtype
+        x = x.to(self.dtype)
+        with torch.no_grad():
+            if not self.compiled():
+                return _cast_outputs(self.model(x), out_dtype)
+            signature = _state_signature(self.model)
+            if self._compiled is None or signature != self._signature:
+                self.refresh()
+                # not a submodule: the state dict and .modules() stay the model's own, once
+                object.__setattr__(self, "_compiled", FrozenCompiled(self.model, self.mode))
+                self._signature = signature
+            key = tuple(x.shape)
+            start = time.perf_counter()
+            out = self._compiled(x)
+            if key not in self.compile_seconds:
+                self.compile_seconds[key] = time.perf_counter() - start
+        return _cast_outputs(out, out_dtype)
+
+
+def optimize(
+    model: nn.Module,
+    dtype: str | torch.dtype = "auto",
+    compile: bool | str = True,
+    mode: str | None = None,
+) -> OptimizedModel:
+    """The fastest inference version of ``model`` on the device its weights are on (see the module docstring).
+
+    Args:
+        model: a swin model (or any module); put it on its device first. It is switched to eval mode and its
+            weights are cast to ``dtype`` in place.
+        dtype: ``"auto"`` (:func:`fastest_dtype`), ``"float32"``, ``"bfloat16"``, ``"float16"`` (CUDA) or a
+            ``torch.dtype``.
+        compile: ``True``: ``torch.compile`` with freezing, unless forward hooks or modules other than ours and
+            torch's are present (then eager, so they see every call); ``"force"``: compile anyway; ``False``:
+            eager in ``dtype``.
+        mode: ``torch.compile`` mode (``None``, ``"max-autotune"``, ``"reduce-overhead"`` for CUDA graphs).
+
+    Returns:
+        An :class:`OptimizedModel`: call it with images in any float dtype; outputs come back in that dtype.
+        Float32 stays exact; bf16 logits are within ~1e-2 relative error of float32.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"swin.optimize takes a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(model, OptimizedModel):
+        raise TypeError("this model is already optimized; pass its .model to optimize it again")
+    if compile not in (True, False, "force"):
+        raise ValueError(f"compile must be True, False or 'force', got {compile!r}")
+    parameter = next(model.parameters(), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    chosen = _resolve_dtype(dtype, device)
+    model.eval().to(chosen)
+    return OptimizedModel(model, chosen, compile, mode).eval()

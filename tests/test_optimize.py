@@ -1,0 +1,145 @@
+"""swin.optimize: the dtype each machine computes fastest in, exact float32, bf16 within 1e-2 of float32, and a
+compiled (frozen) model that follows weight updates and leaves hooks and users' modules alone. Expected values
+come from timm's model with the same weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import swin
+from swin.optimized import OptimizedModel, cpu_features, fastest_dtype
+from swin.weights import convert
+
+from .conftest import timm_pair
+
+AVX2 = {"name": "x", "isa": "AVX2", "avx2": True, "avx512": False, "avx512_bf16": False, "amx_bf16": False}
+
+
+def relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((output.float() - reference).norm() / reference.norm()).item()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """(timm, ours) with the same random weights: swin_t's widths, one block per stage."""
+    return timm_pair("swin_t", depths=(1, 1, 1, 1))
+
+
+def test_dtype_follows_the_hardware(monkeypatch):
+    assert fastest_dtype("cpu", AVX2) == torch.float32  # bf16 is emulated there, ~8x slower
+    assert fastest_dtype("cpu", {**AVX2, "avx512": True, "amx_bf16": True}) == torch.bfloat16
+    assert fastest_dtype("cpu", {**AVX2, "avx512": True, "avx512_bf16": True}) == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert fastest_dtype("cuda") == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert fastest_dtype("cuda:1") == torch.float16  # e.g. a V100
+    # this machine's answer agrees with what its CPU reports
+    here = cpu_features()
+    assert fastest_dtype("cpu") == (torch.bfloat16 if here["amx_bf16"] or here["avx512_bf16"] else torch.float32)
+
+
+def test_float32_eager_is_exact_and_keeps_the_callers_dtype(pair):
+    reference, ours = pair
+    fast = swin.optimize(ours, dtype="float32", compile=False)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        expected, eager = reference(x), ours(x)
+    out = fast(x)
+    assert out.dtype == torch.float32 and torch.equal(out, eager)
+    assert (out - expected).abs().max().item() <= 1e-4
+
+
+def test_bf16_logits_within_1e2_of_float32(pair):
+    reference, _ = pair
+    ours = swin.create_model("swin_t", depths=(1, 1, 1, 1))
+    ours.load_state_dict(convert(reference.state_dict(), source="timm"))
+    fast = swin.optimize(ours, dtype=torch.bfloat16, compile=False)
+    assert next(ours.parameters()).dtype == torch.bfloat16  # cast in place: the optimized model is the model
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        expected = reference(x)
+    out = fast(x)
+    assert out.dtype == torch.float32
+    assert relative_error(out, expected) <= 1e-2
+
+
+@pytest.fixture(scope="module")
+def frozen():
+    """(timm, ours, ours optimized with a frozen compiled graph, input, its first output). One block: the
+    first compile in a process takes ~20 s on two cores whatever the model's size (inductor's start-up and
+    its C++ compiles); tests/test_deploy.py compiles the shifted blocks."""
+    import timm
+
+    torch.manual_seed(0)
+    shape = {"depths": (1,), "num_heads": (3,)}
+    reference = timm.create_model("swin_tiny_patch4_window7_224", **shape).eval()
+    ours = swin.create_model("swin_t", **shape)
+    ours.load_state_dict(convert(reference.state_dict(), source="timm"))
+    fast = swin.optimize(ours, dtype="float32", compile="force")
+    x = torch.randn(2, 3, 224, 224)
+    return reference, ours, fast, x, fast(x)
+
+
+def test_compiled_with_freezing_matches_timm(frozen):
+    reference, _, fast, x, first = frozen
+    with torch.no_grad():
+        assert (first - reference(x)).abs().max().item() <= 1e-4
+    assert list(fast.compile_seconds) == [(2, 3, 224, 224)]
+
+
+def test_frozen_graph_follows_weight_updates(frozen):
+    """Freezing copies the weights into the graph; a step that changes them in place (as an optimizer,
+    ``load_state_dict``'s ``copy_`` or an EMA update do) makes the next call build the graph again."""
+    reference, ours, fast, x, first = frozen
+    with torch.no_grad():
+        ours.head.weight.mul_(-2)
+        reference.head.fc.weight.mul_(-2)
+        assert (fast(x) - reference(x)).abs().max().item() <= 1e-4
+    assert len(fast.compile_seconds) == 1  # rebuilt, and timed again
+
+
+def test_hooks_and_users_modules_keep_it_eager(pair):
+    _, ours = pair
+    fast = swin.optimize(ours, dtype="float32")
+    assert fast.compiled()
+    seen = []
+    handle = ours.layers[1].blocks[0].mlp.register_forward_hook(lambda m, a, out: seen.append(out.shape))
+    assert not fast.compiled()
+    fast(torch.randn(1, 3, 224, 224))
+    assert seen == [torch.Size([1, 28, 28, 192])]
+    handle.remove()
+
+    class Scaled(torch.nn.Module):  # a user's wrapper, e.g. an adapter
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return 2 * self.inner(x)
+
+    ours.layers[0].blocks[0].mlp.fc2 = Scaled(ours.layers[0].blocks[0].mlp.fc2)
+    assert not fast.compiled()
+
+
+def test_clear_errors(pair):
+    _, ours = pair
+    with pytest.raises(ValueError, match="dtype must be"):
+        swin.optimize(ours, dtype="int8")
+    with pytest.raises(ValueError, match="float16 is for CUDA"):
+        swin.optimize(ours, dtype="float16")
+    with pytest.raises(ValueError, match="compile must be"):
+        swin.optimize(ours, compile="yes")
+    fast = swin.optimize(ours, dtype="float32", compile=False)
+    with pytest.raises(TypeError, match="already optimized"):
+        swin.optimize(fast)
+    with pytest.raises(RuntimeError, match="for inference"):
+        fast.train()
+    assert isinstance(fast, OptimizedModel) and not fast.training
+
+
+def test_create_model_can_return_it():
+    fast = swin.create_model("swin_t", depths=(1,), num_heads=(3,), optimize="float32")
+    assert isinstance(fast, OptimizedModel) and fast.dtype == torch.float32 and fast.compile is True
+    assert fast.compile_seconds == {}  # nothing compiled before the first call
+    assert swin.create_model("swin_t", depths=(1,), num_heads=(3,), optimize=True).dtype == fastest_dtype("cpu")
