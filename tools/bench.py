@@ -355,13 +355,19 @@ def cmd_bench(args) -> int:
         if any("fastest_peer" in r for r in rows):
             print()
             print(_ways_table(rows))
+            for r in rows:
+                print(_format_row(r).replace("  ", "- ", 1))
     return 0
 
 
 def _format_row(row: dict) -> str:
     times = ", ".join(f"{k} {v} ms" for k, v in row["ms"].items())
     error = f"; relative error of ours against float32 {row['relative_error']}" if "relative_error" in row else ""
-    return f"  {row['case']}: {times}{error}"
+    if "optimized_relative_error" in row:
+        error += f"; ours optimized against ours eager: relative error {row['optimized_relative_error']}"
+    firsts = ", ".join(f"{k.removeprefix('first call s: ')} {v:.1f} s" for k, v in row.items() if k.startswith("first"))
+    firsts = f"; first call (compiles): {firsts}" if firsts else ""
+    return f"  {row['case']}: {times}{error}{firsts}"
 
 
 # Optional columns: (implementation whose time is shown, ratio key, header).
@@ -380,7 +386,7 @@ def _table(rows: list[dict]) -> str:
     lines = [header, "|---" * (header.count("|") - 1) + "|"]
     for r in rows:
         ms = r["ms"]
-        timm_ms = min((v for k, v in ms.items() if k.startswith("timm")), default=None)
+        timm_ms = min((v for k, v in ms.items() if k in ("timm", "timm-fused")), default=None)
         line = (
             f"| {r['case']} | {ms['ours']} | {timm_ms if timm_ms is not None else '-'} | {ms.get('torchvision', '-')} "
             f"| {r.get('speedup_vs_timm', '-')}x | {r.get('speedup_vs_torchvision', '-')}x "
