@@ -10,10 +10,10 @@ What it does, in order of what pays:
   only) a bf16 matmul runs about 8x slower than float32. The weights are cast in place; inputs are cast to that
   dtype and outputs back to the input's dtype, so the caller keeps passing float32 images.
 - **compile** (``True``): ``torch.compile`` with inductor's ``freezing``: the weights become constants of the
-  graph, so linear weights are pre-packed (oneDNN on CPU) and bias + GELU, residual adds and LayerNorm fuse into
-  the matmuls' epilogues. Compiling happens on the first call for each input shape, never on import; its time
-  is in :attr:`OptimizedModel.compile_seconds` (inductor's own caches, on by default, make a second process
-  faster).
+  graph, so linear weights are pre-packed (MKL or oneDNN on CPU) and pointwise work (bias + GELU, residual
+  adds, LayerNorm) fuses into generated kernels. Compiling happens on the first call for each input shape, never
+  on import; its time is in :attr:`OptimizedModel.compile_seconds` (with freezing, inductor bypasses its FX
+  graph cache, so each process compiles again; its C++ kernel cache still shortens that).
 
 Freezing copies the weights into the compiled graph, so the compiled graph would go stale when they change.
 :class:`OptimizedModel` compares every parameter's and buffer's identity, storage and version counter before
