@@ -143,3 +143,21 @@ def test_create_model_can_return_it():
     assert isinstance(fast, OptimizedModel) and fast.dtype == torch.float32 and fast.compile is True
     assert fast.compile_seconds == {}  # nothing compiled before the first call
     assert swin.create_model("swin_t", depths=(1,), num_heads=(3,), optimize=True).dtype == fastest_dtype("cpu")
+
+
+def test_backbone_levels_come_back_in_the_callers_dtype():
+    """A backbone's four levels through optimize (bf16 weights, eager): each float32 again and within bf16
+    error of the float32 backbone's (transformers' SwinBackbone is checked equal to ours elsewhere)."""
+    torch.manual_seed(0)
+    reference = swin.create_model("swin_t", features_only=True, depths=(1, 1, 1, 1)).eval()
+    ours = swin.create_model("swin_t", features_only=True, depths=(1, 1, 1, 1))
+    ours.load_state_dict(reference.state_dict())
+    fast = swin.optimize(ours, dtype="bfloat16", compile=False)
+    x = torch.randn(1, 3, 256, 320)
+    with torch.no_grad():
+        expected = reference(x)
+    levels = fast(x)
+    assert isinstance(levels, list) and len(levels) == 4
+    for level, want in zip(levels, expected, strict=True):
+        assert level.dtype == torch.float32 and level.shape == want.shape
+        assert relative_error(level, want) <= 2e-2
