@@ -76,7 +76,8 @@ def create_model(
         checkpoint_path: a checkpoint file (any supported layout) loaded after ``pretrained``, as timm's
             ``checkpoint_path=``; its head must fit ``num_classes``.
         optimize: ``True`` (or a dtype: ``"bfloat16"``, ``torch.float32``, ...): return the model through
-            :func:`swin.optimize`, the fastest inference version for this machine (compiled on its first call).
+            :func:`swin.optimize`, the fastest inference version for this machine's CPU (compiled on its first
+            call). For a GPU, build the model, move it (``.cuda()``) and call ``swin.optimize`` on it.
         **overrides: any :class:`swin.registry.SwinConfig` field (``num_classes=10``, ``img_size=384``,
             ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier ``global_pool`` ("avg",
             "max", "avgmax", "catavgmax", "").

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,11 +64,14 @@ def cpu_features() -> dict[str, Any]:
 
 def fastest_dtype(device: str | torch.device = "cpu", features: dict[str, Any] | None = None) -> torch.dtype:
     """The dtype inference runs fastest in on ``device``: bfloat16 on CPUs with AMX-BF16 or AVX512-BF16 and on
-    CUDA devices with bf16, float16 on CUDA devices without, float32 elsewhere. ``features``: a
-    :func:`cpu_features` result to decide from (default: this machine's)."""
+    CUDA devices with bf16 arithmetic (compute capability 8.0 and later), float16 on older CUDA devices (where
+    bf16 would be emulated), float32 elsewhere. ``features``: a :func:`cpu_features` result to decide from
+    (default: this machine's)."""
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"{device} was asked for but no CUDA device is available")
+        return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
     if device.type == "cpu":
         features = features if features is not None else cpu_features()
         return torch.bfloat16 if features["amx_bf16"] or features["avx512_bf16"] else torch.float32
@@ -91,7 +95,9 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtyp
 def _state_signature(model: nn.Module) -> tuple:
     """What freezing depends on: each parameter's and buffer's identity, storage, version, dtype and device."""
     tensors = [*model.parameters(), *model.buffers()]
-    return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+    # (inference tensors, made under torch.inference_mode, have no version counter and cannot be changed in place
+    # outside it)
+    return tuple((id(t), t.data_ptr(), -1 if t.is_inference() else t._version, t.dtype, t.device) for t in tensors)
 
 
 def _compilable(model: nn.Module) -> bool:
@@ -99,6 +105,14 @@ def _compilable(model: nn.Module) -> bool:
     layer's rule for chunking, :func:`swin.layers.execution.plain`): a hook or a user's module (a LoRA adapter,
     a quantized linear) must see every call as written."""
     return not (model._forward_hooks or model._forward_pre_hooks) and plain(model)
+
+
+def _clone_outputs(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_clone_outputs(o) for o in out)
+    return out
 
 
 def _cast_outputs(out: Any, dtype: torch.dtype) -> Any:
@@ -140,12 +154,12 @@ class OptimizedModel(nn.Module):
     """Inference wrapper made by :func:`optimize`; ``self.model`` is the model itself (its weights cast to
     :attr:`dtype`), so a weight update on it is seen (see the module docstring for how)."""
 
-    def __init__(self, model: nn.Module, dtype: torch.dtype, compile: bool | str, mode: str | None):
+    def __init__(self, model: nn.Module, compile: bool | str, mode: str | None):
         super().__init__()
         self.model = model
-        self.dtype = dtype
-        self.compile = compile
+        self.compile_mode = compile
         self.mode = mode
+        self._warned = False
         self.compile_seconds: dict[tuple[int, ...], float] = {}  # input shape -> seconds its first call took
         self._compiled: Callable | None = None
         self._signature: tuple | None = None
@@ -156,23 +170,50 @@ class OptimizedModel(nn.Module):
         self._signature = None
         self.compile_seconds.clear()
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model computes in (its weights'; follows a later ``.to(dtype)``)."""
+        parameter = next(self.model.parameters(), None)
+        return parameter.dtype if parameter is not None else torch.float32
+
+    def __getattr__(self, name: str) -> Any:
+        """The model's own attributes (``num_classes``, ``pretrained_cfg``, ``feature_info``, ...)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "model":
+                raise
+            return getattr(self.model, name)
+
     def train(self, mode: bool = True) -> OptimizedModel:
+        """Stays in eval mode: it runs without autograd, possibly on bf16 and frozen weights. To train, train
+        the model itself (``.model``) and optimize it again afterwards."""
         if mode:
-            raise RuntimeError(
-                "an optimized model is for inference (frozen, possibly bf16 weights); train the model itself "
-                "and call swin.optimize on it again afterwards"
+            warnings.warn(
+                "an optimized model is for inference and stays in eval mode; train its .model and call "
+                "swin.optimize again afterwards",
+                stacklevel=2,
             )
         return super().train(False)
 
+    @property
     def compiled(self) -> bool:
         """Whether calls run compiled now (False when hooks or foreign modules keep the model eager)."""
-        return self.compile == "force" or (bool(self.compile) and _compilable(self.model))
+        return self.compile_mode == "force" or (bool(self.compile_mode) and _compilable(self.model))
 
     def forward(self, x: torch.Tensor) -> Any:
-        out_dtype = x.dtype
+        out_dtype = x.dtype if x.is_floating_point() else torch.float32
         x = x.to(self.dtype)
         with torch.no_grad():
-            if not self.compiled():
+            if not self.compiled:
+                if self.compile_mode and not self._warned:
+                    self._warned = True
+                    warnings.warn(
+                        "swin.optimize: running eager, not compiled: the model has forward hooks or modules "
+                        "other than swin's and torch's, which must see every call (compile='force' compiles "
+                        "anyway)",
+                        stacklevel=2,
+                    )
                 return _cast_outputs(self.model(x), out_dtype)
             signature = _state_signature(self.model)
             if self._compiled is None or signature != self._signature:
@@ -185,6 +226,8 @@ class OptimizedModel(nn.Module):
             out = self._compiled(x)
             if key not in self.compile_seconds:
                 self.compile_seconds[key] = time.perf_counter() - start
+        if self.mode == "reduce-overhead":  # CUDA graphs reuse their output buffers on the next call
+            out = _clone_outputs(out)
         return _cast_outputs(out, out_dtype)
 
 
@@ -207,8 +250,9 @@ def optimize(
         mode: ``torch.compile`` mode (``None``, ``"max-autotune"``, ``"reduce-overhead"`` for CUDA graphs).
 
     Returns:
-        An :class:`OptimizedModel`: call it with images in any float dtype; outputs come back in that dtype.
-        Float32 stays exact; bf16 logits are within ~1e-2 relative error of float32.
+        An :class:`OptimizedModel`: call it with images in any dtype; outputs come back in the input's float
+        dtype (float32 for integer images). Float32 eager is bit-exact, float32 compiled within ~1e-5 of eager;
+        bf16 logits are within ~1e-2 relative error of float32.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"swin.optimize takes a torch.nn.Module, got {type(model).__name__}")
@@ -219,5 +263,6 @@ def optimize(
     parameter = next(model.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
     chosen = _resolve_dtype(dtype, device)
-    model.eval().to(chosen)
-    return OptimizedModel(model, chosen, compile, mode).eval()
+    with torch.inference_mode(False):  # weights made here stay usable (and versioned) outside inference mode
+        model.eval().to(chosen)
+    return OptimizedModel(model, compile, mode).eval()

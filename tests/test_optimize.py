@@ -30,10 +30,14 @@ def test_dtype_follows_the_hardware(monkeypatch):
     assert fastest_dtype("cpu", AVX2) == torch.float32  # bf16 is emulated there, ~8x slower
     assert fastest_dtype("cpu", {**AVX2, "avx512": True, "amx_bf16": True}) == torch.bfloat16
     assert fastest_dtype("cpu", {**AVX2, "avx512": True, "avx512_bf16": True}) == torch.bfloat16
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    capability = {"cuda": (9, 0), "cuda:1": (7, 0)}  # an H100, and a V100 in the second slot
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: capability[str(d)])
     assert fastest_dtype("cuda") == torch.bfloat16
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert fastest_dtype("cuda:1") == torch.float16  # e.g. a V100
+    assert fastest_dtype("cuda:1") == torch.float16  # bf16 there would be emulated
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no CUDA device is available"):
+        fastest_dtype("cuda")
     # this machine's answer agrees with what its CPU reports
     here = cpu_features()
     assert fastest_dtype("cpu") == (torch.bfloat16 if here["amx_bf16"] or here["avx512_bf16"] else torch.float32)
@@ -78,7 +82,9 @@ def frozen():
     ours.load_state_dict(convert(reference.state_dict(), source="timm"))
     fast = swin.optimize(ours, dtype="float32", compile="force")
     x = torch.randn(2, 3, 224, 224)
-    return reference, ours, fast, x, fast(x)
+    with torch.inference_mode():  # as swin bench and swin validate call it (the update test below: no_grad)
+        first = fast(x)
+    return reference, ours, fast, x, first
 
 
 def test_compiled_with_freezing_matches_timm(frozen):
@@ -92,21 +98,23 @@ def test_frozen_graph_follows_weight_updates(frozen):
     """Freezing copies the weights into the graph; a step that changes them in place (as an optimizer,
     ``load_state_dict``'s ``copy_`` or an EMA update do) makes the next call build the graph again."""
     reference, ours, fast, x, first = frozen
+    built = fast._compiled
     with torch.no_grad():
         ours.head.weight.mul_(-2)
         reference.head.fc.weight.mul_(-2)
         assert (fast(x) - reference(x)).abs().max().item() <= 1e-4
-    assert len(fast.compile_seconds) == 1  # rebuilt, and timed again
+    assert fast._compiled is not built and len(fast.compile_seconds) == 1  # rebuilt, and timed again
 
 
 def test_hooks_and_users_modules_keep_it_eager(pair):
     _, ours = pair
     fast = swin.optimize(ours, dtype="float32")
-    assert fast.compiled()
+    assert fast.compiled
     seen = []
     handle = ours.layers[1].blocks[0].mlp.register_forward_hook(lambda m, a, out: seen.append(out.shape))
-    assert not fast.compiled()
-    fast(torch.randn(1, 3, 224, 224))
+    assert not fast.compiled
+    with pytest.warns(UserWarning, match="running eager, not compiled"):
+        fast(torch.randn(1, 3, 224, 224))
     assert seen == [torch.Size([1, 28, 28, 192])]
     handle.remove()
 
@@ -118,8 +126,10 @@ def test_hooks_and_users_modules_keep_it_eager(pair):
         def forward(self, x):
             return 2 * self.inner(x)
 
-    ours.layers[0].blocks[0].mlp.fc2 = Scaled(ours.layers[0].blocks[0].mlp.fc2)
-    assert not fast.compiled()
+    mlp = ours.layers[0].blocks[0].mlp
+    mlp.fc2 = Scaled(mlp.fc2)
+    assert not fast.compiled
+    mlp.fc2 = mlp.fc2.inner  # the shared model as it was
 
 
 def test_clear_errors(pair):
@@ -133,14 +143,16 @@ def test_clear_errors(pair):
     fast = swin.optimize(ours, dtype="float32", compile=False)
     with pytest.raises(TypeError, match="already optimized"):
         swin.optimize(fast)
-    with pytest.raises(RuntimeError, match="for inference"):
-        fast.train()
-    assert isinstance(fast, OptimizedModel) and not fast.training
+    with pytest.warns(UserWarning, match="for inference and stays in eval mode"):
+        torch.nn.Sequential(fast).train()  # e.g. a parent module switched to training
+    assert isinstance(fast, OptimizedModel) and not fast.training and not ours.training
+    assert fast.num_classes == ours.num_classes and fast.pretrained_cfg == ours.pretrained_cfg  # the model's own
+    assert fast(torch.zeros(1, 3, 224, 224, dtype=torch.uint8)).dtype == torch.float32
 
 
 def test_create_model_can_return_it():
     fast = swin.create_model("swin_t", depths=(1,), num_heads=(3,), optimize="float32")
-    assert isinstance(fast, OptimizedModel) and fast.dtype == torch.float32 and fast.compile is True
+    assert isinstance(fast, OptimizedModel) and fast.dtype == torch.float32 and fast.compile_mode is True
     assert fast.compile_seconds == {}  # nothing compiled before the first call
     assert swin.create_model("swin_t", depths=(1,), num_heads=(3,), optimize=True).dtype == fastest_dtype("cpu")
 

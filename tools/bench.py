@@ -55,13 +55,16 @@ def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 1024, rounds: in
 
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 def _timm_name(arch: str) -> str:
     import swin
 
-    return swin.get_config(arch).aliases[0]
+    aliases = swin.get_config(arch).aliases
+    if not aliases:
+        raise KeyError(f"{arch} has no timm name (registered without aliases)")
+    return aliases[0]
 
 
 class _Unchunked(torch.nn.Module):
@@ -112,13 +115,17 @@ def _implementations(
         pass
     impls["ours"] = ours
     if not features:  # timm builds for one size; the backbone case (800x1333) is not one it can take
-        for fused in (False, True):
-            model = timm.create_model(_timm_name(case.arch), drop_path_rate=0.0)
-            model.load_state_dict(export(ours.state_dict(), target="timm"))
-            for module in model.modules():
-                if hasattr(module, "fused_attn"):
-                    module.fused_attn = fused
-            impls["timm-fused" if fused else "timm"] = model
+        try:
+            size = {} if tuple(case.size) == tuple(swin.get_config(case.arch).img_size) else {"img_size": case.size}
+            for fused in (False, True):
+                model = timm.create_model(_timm_name(case.arch), drop_path_rate=0.0, **size)
+                model.load_state_dict(export(ours.state_dict(), target="timm"))
+                for module in model.modules():
+                    if hasattr(module, "fused_attn"):
+                        module.fused_attn = fused
+                impls["timm-fused" if fused else "timm"] = model
+        except Exception as error:  # a model timm does not have, or cannot build at this size
+            print(f"  {case.name}: timm left out ({type(error).__name__}: {error})", file=sys.stderr)
     for model in impls.values():
         model.to(device).train(case.kind == "train")
     if ways:
@@ -176,7 +183,11 @@ def run_case(
         start = time.perf_counter()
         run(x)  # the first call compiles what is compiled
         result_first = time.perf_counter() - start
-        if name == "ours-optimized" or " compiled" in name or compile:
+        if (
+            name == "ours-optimized"
+            or " compiled" in name
+            or (compile and name not in ("ours-eager", "ours-unchunked"))
+        ):
             first_calls[name] = result_first
         for _ in range(warmup - 1):
             run(x)
@@ -251,8 +262,11 @@ def _selected_cases(args) -> list[Case]:
         return [Case(name, arch, batch, tuple(size), dtype, args.kind)]
     cases = [c for c in DEFAULT_CASES if not args.only or any(s in c.name for s in args.only)]
     if args.device.startswith("cuda"):
-        batch = args.batch or 64
-        cases = [Case(c.name.replace("b8", f"b{batch}"), c.arch, batch, c.size, c.dtype, c.kind) for c in cases]
+        batch = args.batch or 64  # the b8 cases only; b1 and the backbone stay as they are
+        cases = [
+            Case(c.name.replace("b8", f"b{batch}"), c.arch, batch, c.size, c.dtype, c.kind) if c.batch == 8 else c
+            for c in cases
+        ]
     return cases
 
 
@@ -284,6 +298,8 @@ def cmd_bench(args) -> int:
         raise ValueError(f"--rounds must be at least 1 (the median of that many interleaved rounds), got {args.rounds}")
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be at least 1, got {args.batch}")
+    if args.batch is not None and not args.model and not args.device.startswith("cuda"):
+        raise ValueError("--batch sets the batch of a --model case (or of the b8 cases with --device cuda)")
     import swin
 
     from .machine import describe, machine_info
@@ -293,13 +309,18 @@ def cmd_bench(args) -> int:
         return 2
     cases = _selected_cases(args)
     ways = _selected_ways(args)
+    if ways and args.compile:
+        raise ValueError("--ways already includes compiled peers and ours optimized; leave out --compile")
     machine = machine_info(args.device)
     print(describe(machine), file=sys.stderr)
     if args.profile:
         for case in cases:
             print(profile_case(case, device=args.device))
         return 0
-    rate = {str(dt).split(".")[-1]: matmul_rate(dt, device=args.device) for dt in (torch.float32, torch.bfloat16)}
+    from swin.optimized import fastest_dtype
+
+    dtypes = dict.fromkeys((torch.float32, torch.bfloat16, fastest_dtype(args.device)))
+    rate = {str(dt).split(".")[-1]: matmul_rate(dt, device=args.device) for dt in dtypes}
     print(
         f"matrix multiply (1024^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
         f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {args.rounds} rounds, medians",
@@ -310,7 +331,12 @@ def cmd_bench(args) -> int:
     rows = []
     for case in cases:
         result = run_case(
-            case, args.rounds, device=args.device, compile=args.compile, unchunked=args.unchunked, ways=ways
+            case,
+            args.rounds,
+            device=args.device,
+            compile=args.compile,
+            unchunked=args.unchunked,
+            ways=ways if case.kind != "train" else (),  # swin.optimize and the ways are for inference
         )
         ours = result.times["ours"]
         timm_best = min((v for k, v in result.times.items() if k in ("timm", "timm-fused")), default=None)
@@ -338,7 +364,7 @@ def cmd_bench(args) -> int:
 
                 fast_floor = 2 * macs / rate[str(fastest_dtype(args.device)).split(".")[-1]]
                 row["optimized_over_floor"] = round(result.times["ours-optimized"] / fast_floor, 2)
-        row.update({k: round(v, 5) for k, v in result.extra.items()})
+        row.update({k: float(f"{v:.3g}") for k, v in result.extra.items()})
         rows.append(row)
         print(_format_row(row), file=sys.stderr)
     if args.format == "json":
@@ -365,7 +391,7 @@ def _format_row(row: dict) -> str:
     error = f"; relative error of ours against float32 {row['relative_error']}" if "relative_error" in row else ""
     if "optimized_relative_error" in row:
         error += f"; ours optimized against ours eager: relative error {row['optimized_relative_error']}"
-    firsts = ", ".join(f"{k.removeprefix('first call s: ')} {v:.1f} s" for k, v in row.items() if k.startswith("first"))
+    firsts = ", ".join(f"{k.removeprefix('first call s: ')} {v:.2f} s" for k, v in row.items() if k.startswith("first"))
     firsts = f"; first call (compiles): {firsts}" if firsts else ""
     return f"  {row['case']}: {times}{error}{firsts}"
 

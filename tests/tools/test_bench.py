@@ -79,7 +79,7 @@ def test_peer_ways_keep_the_same_function():
     assert set(impls) == {"ours", "timm", "timm-fused", "torchvision", "ours-optimized"} | ways
     assert isinstance(impls["ours-optimized"], OptimizedModel)
     assert impls["ours-optimized"].dtype == fastest_dtype("cpu")
-    assert next(impls["ours"].parameters()).dtype == torch.float32  # optimized a copy, not the eager model
+    assert impls["ours-optimized"].model is not impls["ours"]  # optimized a copy, not the eager model
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         reference = impls["torchvision"](x)
@@ -126,3 +126,12 @@ def test_ways_table_names_the_fastest_peer():
     lines = bench._ways_table([row]).splitlines()
     assert "timm-fused compiled ms" in lines[0]
     assert lines[2] == "| c | 3.0 | 4.0 | 2.0 | 1.0 | timm-fused compiled | 2.0x | 1.2 |"
+
+
+def test_bench_refuses_options_that_would_be_ignored(capsys):
+    from swin.tools.cli import main
+
+    assert main(["bench", "--batch", "4"]) != 0  # on CPU --batch belongs to a --model case
+    assert "--batch sets the batch of a --model case" in capsys.readouterr().err
+    assert main(["bench", "--model", "swin_t", "--ways", "auto", "--compile"]) != 0
+    assert "leave out --compile" in capsys.readouterr().err
