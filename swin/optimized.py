@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from .layers.execution import plain
 
@@ -107,22 +108,9 @@ def _compilable(model: nn.Module) -> bool:
     return not (model._forward_hooks or model._forward_pre_hooks) and plain(model)
 
 
-def _clone_outputs(out: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out.clone()
-    if isinstance(out, (list, tuple)):
-        return type(out)(_clone_outputs(o) for o in out)
-    return out
-
-
-def _cast_outputs(out: Any, dtype: torch.dtype) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out.to(dtype) if out.is_floating_point() else out
-    if isinstance(out, (list, tuple)):
-        return type(out)(_cast_outputs(o, dtype) for o in out)
-    if isinstance(out, dict):
-        return {k: _cast_outputs(v, dtype) for k, v in out.items()}
-    return out
+def _map_tensors(out: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``fn`` on every tensor of a model's output (a tensor, or lists, tuples and dicts of them)."""
+    return tree_map_only(torch.Tensor, fn, out)
 
 
 class FrozenCompiled(nn.Module):
@@ -203,6 +191,10 @@ class OptimizedModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Any:
         out_dtype = x.dtype if x.is_floating_point() else torch.float32
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(out_dtype) if t.is_floating_point() else t
+
         x = x.to(self.dtype)
         with torch.no_grad():
             if not self.compiled:
@@ -214,7 +206,7 @@ class OptimizedModel(nn.Module):
                         "anyway)",
                         stacklevel=2,
                     )
-                return _cast_outputs(self.model(x), out_dtype)
+                return _map_tensors(self.model(x), cast)
             signature = _state_signature(self.model)
             if self._compiled is None or signature != self._signature:
                 self.refresh()
@@ -227,8 +219,8 @@ class OptimizedModel(nn.Module):
             if key not in self.compile_seconds:
                 self.compile_seconds[key] = time.perf_counter() - start
         if self.mode == "reduce-overhead":  # CUDA graphs reuse their output buffers on the next call
-            out = _clone_outputs(out)
-        return _cast_outputs(out, out_dtype)
+            out = _map_tensors(out, torch.Tensor.clone)
+        return _map_tensors(out, cast)
 
 
 def optimize(
