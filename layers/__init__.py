@@ -31,6 +31,7 @@ _EXPORTS = {
     "WindowPlan": "window",
     "WindowPlans": "window",
     "build_window_plan": "window",
+    "pinning_window_plans": "window",
     "shift_mask": "window",
 }
 

@@ -24,6 +24,19 @@ class BoundedLRU:
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        # Entries that must stay: never evicted, never moved, outside the budget (see :meth:`pin`).
+        self._pinned: dict[Hashable, Any] = {}
+
+    def pin(self, key: Hashable, value: Any) -> None:
+        """Keep ``value`` under ``key`` for the cache's lifetime. For values a compiled graph reads as
+        constants: dynamo guards on each entry it read, so an evicted one would make it compile again.
+        The first pinned value for a key stays (a dynamo guard holds the object it read)."""
+        with self._lock:
+            self._pinned.setdefault(key, value)
+
+    def pinned(self, key: Hashable) -> Any:
+        """The value pinned under ``key``, or None; reads nothing else and changes nothing."""
+        return self._pinned.get(key)
 
     def get(self, key: Hashable) -> Any:
         with self._lock:
@@ -44,6 +57,7 @@ class BoundedLRU:
                 self._bytes -= evicted.nbytes
 
     def clear(self) -> None:
+        """Empty the cache; pinned entries stay."""
         with self._lock:
             self._entries.clear()
             self._bytes = 0
@@ -53,6 +67,7 @@ class BoundedLRU:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the cached entries (pinned ones not included)."""
         return self._bytes
 
     # Modules holding a cache are deep-copied and pickled (DDP, EMA copies); the copy starts empty. deepcopy

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from .lru import BoundedLRU
 
-__all__ = ["MASK_VALUE", "WindowPlan", "WindowPlans", "build_window_plan", "shift_mask"]
+__all__ = ["MASK_VALUE", "WindowPlan", "WindowPlans", "build_window_plan", "pinning_window_plans", "shift_mask"]
 
 # The official code adds -100 (not -inf) between tokens of different regions; every reference keeps it,
 # so outputs stay comparable and a fully masked row can never turn into NaN.
@@ -127,12 +130,32 @@ def build_window_plan(
     )
 
 
+_PINNING = threading.local()
+
+
+@contextmanager
+def pinning_window_plans() -> Iterator[None]:
+    """Within this block (this thread), every window plan an eager forward uses is also pinned: kept for the
+    model's lifetime and read by graphs compiled later for the same sizes (see :class:`WindowPlans`)."""
+    before = getattr(_PINNING, "on", False)
+    _PINNING.on = True
+    try:
+        yield
+    finally:
+        _PINNING.on = before
+
+
 class WindowPlans:
     """The window plans one model uses, per map size, shift, padding order and device.
 
     A plan depends only on those (no weights), so a cached plan is never stale. Each model holds its own
-    (freed with it), bounded in entries and bytes: a stream of new image sizes cannot grow memory. When
-    traced (``torch.compile``, ``torch.export``) sizes may be symbolic, so plans are built in the graph.
+    (freed with it), bounded in entries and bytes: a stream of new image sizes cannot grow memory.
+
+    When traced (``torch.compile``, ``torch.export``): with symbolic sizes a plan is built in the graph; with
+    static sizes a plan pinned by an earlier eager forward (under :func:`pinning_window_plans`, as
+    ``swin.optimize`` does before compiling) is read instead, so that its tensors are constants of the graph
+    and inductor's freezing folds the shift mask into the attention bias, where a plan built in the graph
+    would be computed again on every call. Pinned plans are never evicted: dynamo guards on each one it read.
     """
 
     def __init__(self, max_items: int = 16, max_bytes: int = 64 << 20):
@@ -147,9 +170,13 @@ class WindowPlans:
         pad_first: bool,
         device: torch.device,
     ) -> WindowPlan:
-        if torch.compiler.is_compiling():
-            return build_window_plan(height, width, window, shift, pad_first, device, traced=True)
         key = (height, width, window, shift, pad_first, device)
+        if torch.compiler.is_compiling():
+            static = type(height) is int and type(width) is int  # (not a SymInt)
+            plan = self._cache.pinned(key) if static else None
+            if plan is None:
+                plan = build_window_plan(height, width, window, shift, pad_first, device, traced=True)
+            return plan
         plan = self._cache.get(key)
         if plan is None:
             # Built outside inference mode, so that a plan first made under torch.inference_mode() still
@@ -158,6 +185,8 @@ class WindowPlans:
             with torch.inference_mode(False):
                 plan = build_window_plan(height, width, window, shift, pad_first, device)
             self._cache.put(key, plan)
+        if getattr(_PINNING, "on", False):
+            self._cache.pin(key, plan)
         return plan
 
     def clear(self) -> None:

@@ -37,6 +37,7 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from .layers.execution import plain
+from .layers.window import pinning_window_plans
 
 __all__ = ["FrozenCompiled", "OptimizedModel", "cpu_features", "fastest_dtype", "optimize"]
 
@@ -215,6 +216,11 @@ class OptimizedModel(nn.Module):
                 self._signature = signature
             key = tuple(x.shape)
             start = time.perf_counter()
+            if key not in self.compile_seconds:
+                # One eager image first, so that the window plans of this size (index tensors, shift masks) are
+                # pinned and the compiled graph reads them as constants, which freezing folds.
+                with pinning_window_plans():
+                    self.model(x[:1])
             out = self._compiled(x)
             if key not in self.compile_seconds:
                 self.compile_seconds[key] = time.perf_counter() - start

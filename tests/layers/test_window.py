@@ -19,3 +19,45 @@ def test_shift_mask_equals_timm(resolution, window):
     got = shift_mask(*resolution, (window, window), (window // 2, window // 2), torch.device("cpu"))
     assert torch.equal(got, expected)
     assert set(got.unique().tolist()) == {0.0, MASK_VALUE}
+
+
+def _compile_counting(model):
+    """torch.compile(model) with a backend that keeps each graph dynamo makes (and runs it as traced)."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    return torch.compile(model, backend=backend), graphs
+
+
+def test_pinned_window_plans_are_constants_of_a_compiled_graph_and_never_evicted():
+    """swin.optimize pins the plans of the size it compiles for (an eager image under pinning_window_plans),
+    so that the graph reads them as constants (inductor's freezing then folds the shift masks) instead of
+    computing them from an arange on every call. Compiled outputs stay those of eager, and eager calls at
+    other sizes (which fill and evict the bounded plan cache) must not make dynamo compile again: its guards
+    hold every plan the graph read."""
+    import swin
+    from swin.layers import pinning_window_plans
+
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(2, 2), num_heads=(1, 2), embed_dim=32).eval()
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        expected = model(x)
+        unpinned, graphs = _compile_counting(model)
+        assert torch.allclose(unpinned(x), expected, atol=1e-5)
+        assert any(node.target is torch.arange for node in graphs[0].graph.nodes), "plans expected in the graph"
+
+        with pinning_window_plans():
+            model(x[:1])
+        compiled, graphs = _compile_counting(model)
+        assert torch.allclose(compiled(x), expected, atol=1e-5)
+        assert len(graphs) == 1
+        assert not any(node.target is torch.arange for node in graphs[0].graph.nodes), "plans built in the graph"
+        for side in range(160, 500, 32):  # 11 sizes x 3 plans: more than the cache keeps (16)
+            model(torch.randn(1, 3, side, side))
+        assert torch.allclose(compiled(x), expected, atol=1e-5)
+        assert len(graphs) == 1, "compiled again after the plan cache evicted"
