@@ -70,13 +70,14 @@ def test_bf16_logits_within_1e2_of_float32(pair):
 
 @pytest.fixture(scope="module")
 def frozen():
-    """(timm, ours, ours optimized with a frozen compiled graph, input, its first output). One block: the
-    first compile in a process takes ~20 s on two cores whatever the model's size (inductor's start-up and
-    its C++ compiles); tests/test_deploy.py compiles the shifted blocks."""
+    """(timm, ours, ours optimized with a frozen compiled graph, input, its first output). One stage of a
+    regular and a shifted block (whose window plan and shift mask swin.optimize pins, so that they are frozen
+    into the graph); the first compile in a process takes ~20 s on two cores whatever the model's size
+    (inductor's start-up and its C++ compiles)."""
     import timm
 
     torch.manual_seed(0)
-    shape = {"depths": (1,), "num_heads": (3,)}
+    shape = {"depths": (2,), "num_heads": (3,)}
     reference = timm.create_model("swin_tiny_patch4_window7_224", **shape).eval()
     ours = swin.create_model("swin_t", **shape)
     ours.load_state_dict(convert(reference.state_dict(), source="timm"))
@@ -92,6 +93,31 @@ def test_compiled_with_freezing_matches_timm(frozen):
     with torch.no_grad():
         assert (first - reference(x)).abs().max().item() <= 1e-4
     assert list(fast.compile_seconds) == [(2, 3, 224, 224)]
+
+
+def test_compiled_bf16_matches_timm_float32():
+    """The compiled bf16 path: pinned window plans frozen into the graph (the shift mask folded into the bias)
+    and, on CPU, attention as two matmuls and a softmax instead of SDPA (swin.layers.execution): logits within
+    1e-2 relative error of timm's in float32, as eager bf16. Per-token logits (no pooling), and position biases
+    large enough to matter (at their initial std of 0.02, leaving the bias out changes pooled logits by 2e-3);
+    leaving out the bias or the shift mask fails this test."""
+    import timm
+
+    torch.manual_seed(0)
+    shape = {"depths": (2,), "num_heads": (2,), "embed_dim": 64, "global_pool": "", "num_classes": 16}
+    # 112 pixels: a 28x28 map of 4x4 windows, 7 of 16 of them on the seam the shift mask cuts
+    reference = timm.create_model("swin_tiny_patch4_window7_224", img_size=112, **shape).eval()
+    with torch.no_grad():
+        for name, table in reference.named_parameters():
+            if name.endswith("relative_position_bias_table"):
+                table.normal_(0, 5)
+    ours = swin.create_model("swin_t", **shape)
+    ours.load_state_dict(convert(reference.state_dict(), source="timm"))
+    fast = swin.optimize(ours, dtype="bfloat16", compile="force")
+    x = torch.randn(2, 3, 112, 112)
+    with torch.no_grad():
+        expected = reference(x).permute(0, 3, 1, 2)  # timm keeps per-token logits NHWC, ours are NCHW
+    assert relative_error(fast(x), expected) <= 1e-2
 
 
 def test_frozen_graph_follows_weight_updates(frozen):
