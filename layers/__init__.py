@@ -32,6 +32,7 @@ _EXPORTS = {
     "WindowPlans": "window",
     "build_window_plan": "window",
     "pinning_window_plans": "window",
+    "unpin_window_plans": "window",
     "shift_mask": "window",
 }
 

@@ -84,7 +84,7 @@ class WindowAttention(WindowAttentionBase):
         n = self.window[0] * self.window[1]
         # Gathered along the table's columns, so the bias comes out (heads, N, N) contiguous: the layout a frozen
         # graph keeps for it, and the one its fused softmax reads vectorized.
-        bias = self.relative_position_bias_table.t().index_select(1, self.relative_position_index.view(-1))
+        bias = self.relative_position_bias_table.t()[:, self.relative_position_index.view(-1)]
         return bias.view(self.num_heads, n, n)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

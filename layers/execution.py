@@ -14,7 +14,8 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
   counters attribute work through hooks), and when every submodule is one of ours or torch's own layers: a
   module of the user's may depend on the whole batch (dynamic quantization takes each call's activation
   range), so a model holding one runs the batch at once. What it gains: ``swin bench --unchunked``.
-- :func:`window_sdpa`: the attention kernel call for windows, eager or traced.
+- :func:`window_sdpa`: the attention kernel call for windows, eager or traced: SDPA's fused kernel, or on CPU
+  in bf16/fp16 two matmuls and a softmax (faster there at 49-token windows, see ``_matmul_attention_pays``).
 """
 
 from __future__ import annotations
@@ -102,18 +103,21 @@ def window_sdpa(
     windows and heads share a dimension so that the (nW*heads) bias broadcasts over the batch, which costs a
     copy of q/k/v unless there is one image (then the bias is viewed per window). Eager, reshapes stay views
     where they can, and SDPA called on views of the projection writes its output already in token-major order.
-    Traced with symbolic sizes a reshape would have to decide whether it is a view, and the ONNX exporter
-    fails on reshape of the transposed output, so there: explicit copies, then views. Traced with static
-    sizes (``torch.compile`` of one shape, as ``swin.optimize`` does) it runs as eager: those copies cost
-    about 2 ms of 130 in a swin_t batch of 8.
+    Exported (``torch.export``, ONNX) or traced with symbolic sizes, a reshape would have to decide whether it
+    is a view, and the ONNX exporter fails on reshape of the transposed output even at static sizes, so there:
+    explicit copies, then views. Compiled with static sizes (``torch.compile`` of one shape, as
+    ``swin.optimize`` does) it runs as eager: those copies cost about 2 ms of 130 in a swin_t batch of 8. On
+    CPU in bf16/fp16 with the default scale (Swin V1), eager or compiled with static sizes, it is two matmuls
+    and a softmax instead (``_matmul_attention_pays``).
     """
     batch, windows, heads, n, head_dim = q.shape
-    symbolic = torch.compiler.is_compiling() and not all(type(size) is int for size in q.shape)
-    if torch.compiler.is_compiling() and not symbolic and _matmul_attention_pays(q, dropout):
-        return _matmul_attention(q, k, v, bias.view(1, windows if masked else 1, heads, n, n), scale)
-    if symbolic:
+    traced = torch.compiler.is_compiling()
+    careful = traced and (torch.compiler.is_exporting() or not all(type(size) is int for size in q.shape))
+    if not careful and scale is None and _matmul_attention_pays(q):
+        return _matmul_attention(q, k, v, bias.reshape(1, windows if masked else 1, heads, n, n), dropout)
+    if careful:
         q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-    if not masked or (not symbolic and batch == 1):
+    if not masked or (not careful and batch == 1):
         shape = (batch * windows, heads, n, head_dim)
         if masked:
             bias = bias.view(windows, heads, n, n)
@@ -122,27 +126,34 @@ def window_sdpa(
     q, k, v = (t.reshape(shape) for t in (q, k, v))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=scale)
     out = out.view(batch, windows, heads, n, head_dim).transpose(2, 3)
-    if symbolic:
+    if careful:
         return out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, heads * head_dim)
     return out.reshape(batch, windows, n, heads * head_dim)
 
 
-def _matmul_attention_pays(q: torch.Tensor, dropout: float) -> bool:
-    """Whether compiled (static-size) attention runs as matmuls and a softmax instead of SDPA: on CPU in
-    bfloat16 or float16. There ATen's fused flash kernel spends most of its time per (window, head) pair at 49
-    tokens, where inductor fuses bias, shift mask (constants once frozen) and softmax into one kernel around
-    two batched matmuls: swin_t batch 8 bf16 on an AVX512-BF16 CPU, 116-117 ms a call against 137-146 ms with
-    SDPA (profiled 2026-12-01, same process). In float32 SDPA stays (403 ms against 408-422); on CUDA SDPA's
-    kernels are the fast ones."""
-    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and not dropout
+def _matmul_attention_pays(q: torch.Tensor) -> bool:
+    """Whether attention runs as matmuls and a softmax instead of SDPA: on CPU in bfloat16 or float16 (weights
+    cast, or autocast), eager or compiled with static sizes, for Swin V1 (V2's cosine scores reach its
+    temperature, up to 100, where bf16 steps are 0.5 wide; SDPA keeps scores in float32, so V2 stays on it).
+    ATen's fused CPU flash kernel spends most of its time per (window, head) pair at 49 tokens in reduced
+    precision, forward and backward; compiled, inductor fuses bias, shift mask (constants once frozen) and
+    softmax into one kernel around two batched matmuls. Measured 2026-12-01 on an AVX512-BF16 CPU, swin_t
+    batch 8: compiled bf16 116-117 ms a call against 137-146 with SDPA (profiled in one process); a training
+    step under bf16 autocast 428 ms against 544 (``swin bench --model swin_t --kind train --dtype bf16``, two
+    runs). In float32 SDPA stays (403 ms against 408-422 compiled); on CUDA SDPA's kernels are the fast ones."""
+    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
 
 
 def _matmul_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, dropout: float
 ) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) v for (B, nW, heads, N, d) q, k, v and a (1, nW or 1, heads, N, N) bias,
-    as (B, nW, N, heads*d). The softmax is taken in float32 inside inductor's kernel, as SDPA does."""
+    """softmax(q k^T / sqrt(d) + bias) v for (B, nW, heads, N, d) q, k, v and a (1, nW or 1, heads, N, N) bias,
+    as (B, nW, N, heads*d); ``dropout`` on the attention probabilities (training). The scores are rounded to
+    q's dtype, as timm's and torchvision's unfused attention do."""
     batch, windows, heads, n, head_dim = q.shape
-    scores = (q * (head_dim**-0.5 if scale is None else scale)) @ k.transpose(-2, -1) + bias
-    out = scores.softmax(-1) @ v
+    scores = (q * head_dim**-0.5) @ k.transpose(-2, -1) + bias
+    probs = scores.softmax(-1)
+    if dropout:
+        probs = F.dropout(probs, dropout)
+    out = probs @ v
     return out.transpose(2, 3).reshape(batch, windows, n, heads * head_dim)

@@ -24,15 +24,29 @@ class BoundedLRU:
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        # Entries that must stay: never evicted, never moved, outside the budget (see :meth:`pin`).
+        # Entries that must stay: never evicted or moved, with a byte budget of their own (see :meth:`pin`).
         self._pinned: dict[Hashable, Any] = {}
+        self._pinned_bytes = 0
 
-    def pin(self, key: Hashable, value: Any) -> None:
-        """Keep ``value`` under ``key`` for the cache's lifetime. For values a compiled graph reads as
-        constants: dynamo guards on each entry it read, so an evicted one would make it compile again.
-        The first pinned value for a key stays (a dynamo guard holds the object it read)."""
+    def pin(self, key: Hashable, value: Any) -> bool:
+        """Keep ``value`` under ``key`` until :meth:`unpin_all`, if the pinned entries stay within
+        ``max_bytes``; whether it is pinned. For values a compiled graph reads as constants: dynamo guards on
+        each entry it read, so an evicted one would make it compile again. The first pinned value for a key
+        stays (a dynamo guard holds the object it read)."""
         with self._lock:
-            self._pinned.setdefault(key, value)
+            if key in self._pinned:
+                return True
+            if self._pinned_bytes + value.nbytes > self.max_bytes:
+                return False
+            self._pinned[key] = value
+            self._pinned_bytes += value.nbytes
+            return True
+
+    def unpin_all(self) -> None:
+        """Drop every pinned entry (graphs that read one compile again if called)."""
+        with self._lock:
+            self._pinned = {}
+            self._pinned_bytes = 0
 
     def pinned(self, key: Hashable) -> Any:
         """The value pinned under ``key``, or None; reads nothing else and changes nothing."""
@@ -69,6 +83,10 @@ class BoundedLRU:
     def nbytes(self) -> int:
         """Bytes of the cached entries (pinned ones not included)."""
         return self._bytes
+
+    @property
+    def pinned_nbytes(self) -> int:
+        return self._pinned_bytes
 
     # Modules holding a cache are deep-copied and pickled (DDP, EMA copies); the copy starts empty. deepcopy
     # records the new object in its memo, so blocks that shared one cache share one in the copy too.

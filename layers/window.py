@@ -11,7 +11,15 @@ import torch
 
 from .lru import BoundedLRU
 
-__all__ = ["MASK_VALUE", "WindowPlan", "WindowPlans", "build_window_plan", "pinning_window_plans", "shift_mask"]
+__all__ = [
+    "MASK_VALUE",
+    "WindowPlan",
+    "WindowPlans",
+    "build_window_plan",
+    "pinning_window_plans",
+    "shift_mask",
+    "unpin_window_plans",
+]
 
 # The official code adds -100 (not -inf) between tokens of different regions; every reference keeps it,
 # so outputs stay comparable and a fully masked row can never turn into NaN.
@@ -135,14 +143,23 @@ _PINNING = threading.local()
 
 @contextmanager
 def pinning_window_plans() -> Iterator[None]:
-    """Within this block (this thread), every window plan an eager forward uses is also pinned: kept for the
-    model's lifetime and read by graphs compiled later for the same sizes (see :class:`WindowPlans`)."""
+    """Within this block (this thread), every window plan an eager forward uses is also pinned: kept until
+    :func:`unpin_window_plans` and read by graphs compiled later for the same sizes (see :class:`WindowPlans`)."""
     before = getattr(_PINNING, "on", False)
     _PINNING.on = True
     try:
         yield
     finally:
         _PINNING.on = before
+
+
+def unpin_window_plans(model: torch.nn.Module) -> None:
+    """Drop the pinned window plans of every block of ``model`` (``swin.optimize`` does when it compiles again:
+    after a weight update or a move to another device)."""
+    for module in model.modules():
+        plans = getattr(module, "plans", None)
+        if isinstance(plans, WindowPlans):
+            plans.unpin()
 
 
 class WindowPlans:
@@ -155,7 +172,8 @@ class WindowPlans:
     static sizes a plan pinned by an earlier eager forward (under :func:`pinning_window_plans`, as
     ``swin.optimize`` does before compiling) is read instead, so that its tensors are constants of the graph
     and inductor's freezing folds the shift mask into the attention bias, where a plan built in the graph
-    would be computed again on every call. Pinned plans are never evicted: dynamo guards on each one it read.
+    would be computed again on every call. Pinned plans are not evicted (dynamo guards on each one it read)
+    but have a byte budget of their own, the cache's: past it, plans are not pinned and graphs build them.
     """
 
     def __init__(self, max_items: int = 16, max_bytes: int = 64 << 20):
@@ -190,7 +208,11 @@ class WindowPlans:
         return plan
 
     def clear(self) -> None:
+        """Empty the cache (pinned plans stay; :meth:`unpin` drops them)."""
         self._cache.clear()
+
+    def unpin(self) -> None:
+        self._cache.unpin_all()
 
     def __len__(self) -> int:
         return len(self._cache)

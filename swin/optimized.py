@@ -13,7 +13,12 @@ What it does, in order of what pays:
   graph, so linear weights are pre-packed (MKL or oneDNN on CPU) and pointwise work (bias + GELU, residual
   adds, LayerNorm) fuses into generated kernels. Compiling happens on the first call for each input shape, never
   on import; its time is in :attr:`OptimizedModel.compile_seconds` (with freezing, inductor bypasses its FX
-  graph cache, so each process compiles again; its C++ kernel cache still shortens that).
+  graph cache, so each process compiles again; its C++ kernel cache still shortens that). Before compiling a
+  shape, one image runs eagerly to pin the window plans of that size, which the graph then holds as constants
+  (the shift masks folded into the attention bias). A second input shape makes dynamo compile a graph with
+  symbolic sizes where the shape changed (its default), which serves every later shape but is slower (copies
+  and SDPA in attention; the plans built in the graph when height or width changed): for the fastest graph,
+  one input shape per optimized model.
 
 Freezing copies the weights into the compiled graph, so the compiled graph would go stale when they change.
 :class:`OptimizedModel` compares every parameter's and buffer's identity, storage and version counter before
@@ -37,7 +42,7 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from .layers.execution import plain
-from .layers.window import pinning_window_plans
+from .layers.window import pinning_window_plans, unpin_window_plans
 
 __all__ = ["FrozenCompiled", "OptimizedModel", "cpu_features", "fastest_dtype", "optimize"]
 
@@ -158,6 +163,7 @@ class OptimizedModel(nn.Module):
         self._compiled = None
         self._signature = None
         self.compile_seconds.clear()
+        unpin_window_plans(self.model)  # the next build pins what it needs, on the device the weights are on now
 
     @property
     def dtype(self) -> torch.dtype:
@@ -216,9 +222,10 @@ class OptimizedModel(nn.Module):
                 self._signature = signature
             key = tuple(x.shape)
             start = time.perf_counter()
-            if key not in self.compile_seconds:
+            if key not in self.compile_seconds and not self.model.training and _compilable(self.model):
                 # One eager image first, so that the window plans of this size (index tensors, shift masks) are
-                # pinned and the compiled graph reads them as constants, which freezing folds.
+                # pinned and the compiled graph reads them as constants, which freezing folds. (Not where a
+                # hook would see the extra call, nor in training mode, where it would draw random numbers.)
                 with pinning_window_plans():
                     self.model(x[:1])
             out = self._compiled(x)

@@ -95,7 +95,7 @@ def test_compiled_with_freezing_matches_timm(frozen):
     assert list(fast.compile_seconds) == [(2, 3, 224, 224)]
 
 
-def test_compiled_bf16_matches_timm_float32():
+def test_compiled_bf16_matches_timm_float32(monkeypatch):
     """The compiled bf16 path: pinned window plans frozen into the graph (the shift mask folded into the bias)
     and, on CPU, attention as two matmuls and a softmax instead of SDPA (swin.layers.execution): logits within
     1e-2 relative error of timm's in float32, as eager bf16. Per-token logits (no pooling), and position biases
@@ -114,10 +114,16 @@ def test_compiled_bf16_matches_timm_float32():
     ours = swin.create_model("swin_t", **shape)
     ours.load_state_dict(convert(reference.state_dict(), source="timm"))
     fast = swin.optimize(ours, dtype="bfloat16", compile="force")
+    from swin.layers import execution
+
+    traced = []  # the matmul path, seen while dynamo traces it (once per block)
+    matmul_attention = execution._matmul_attention
+    monkeypatch.setattr(execution, "_matmul_attention", lambda *a: traced.append(1) or matmul_attention(*a))
     x = torch.randn(2, 3, 112, 112)
     with torch.no_grad():
         expected = reference(x).permute(0, 3, 1, 2)  # timm keeps per-token logits NHWC, ours are NCHW
     assert relative_error(fast(x), expected) <= 1e-2
+    assert len(traced) >= 2, "attention did not take the matmul path"
 
 
 def test_frozen_graph_follows_weight_updates(frozen):

@@ -61,3 +61,29 @@ def test_pinned_window_plans_are_constants_of_a_compiled_graph_and_never_evicted
             model(torch.randn(1, 3, side, side))
         assert torch.allclose(compiled(x), expected, atol=1e-5)
         assert len(graphs) == 1, "compiled again after the plan cache evicted"
+
+
+def test_pinned_plans_have_a_byte_budget_and_are_dropped_on_unpin():
+    """Pins are kept apart from the LRU's entries, within a budget of their own; unpinning (swin.optimize does
+    when it compiles again) frees them."""
+    from swin.layers import WindowPlans, build_window_plan, pinning_window_plans, unpin_window_plans
+    from swin.layers.lru import BoundedLRU
+
+    plan = build_window_plan(56, 56, (7, 7), (3, 3), False, torch.device("cpu"))
+    cache = BoundedLRU(max_items=16, max_bytes=2 * plan.nbytes)
+    assert cache.pin("a", plan) and cache.pin("b", plan) and cache.pin("a", plan)  # (the same key: no more)
+    assert not cache.pin("c", plan), "pinned past the byte budget"
+    assert cache.pinned("a") is plan and cache.pinned("c") is None and cache.pinned_nbytes == 2 * plan.nbytes
+    assert len(cache) == 0  # pins are not LRU entries
+    cache.unpin_all()
+    assert cache.pinned("a") is None and cache.pinned_nbytes == 0
+
+    import swin
+
+    model = swin.create_model("swin_t", depths=(2, 2), num_heads=(1, 2), embed_dim=32).eval()
+    with torch.no_grad(), pinning_window_plans():
+        model(torch.randn(1, 3, 224, 224))
+    plans = [block.plans for stage in model.layers for block in stage.blocks]
+    assert all(isinstance(p, WindowPlans) and p._cache.pinned_nbytes > 0 for p in plans)
+    unpin_window_plans(model)
+    assert all(p._cache.pinned_nbytes == 0 for p in plans)
