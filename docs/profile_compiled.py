@@ -1,5 +1,7 @@
 """Where compiled time goes: swin_t through ``swin.optimize`` against timm's (fused attention) compiled with
-freezing, same weights, torch.profiler over 3 calls after warm-up, ops by self time per call.
+freezing, same weights, torch.profiler over 3 calls after warm-up, ops by self time per call. Inductor's own
+kernels are timed one by one (``torch._inductor.config.cpp.enable_kernel_profile``) and summed into one line,
+with the softmax kernels (attention run as matmuls and a softmax) apart.
 
     python docs/profile_compiled.py [BATCH] [DTYPE]   # default 1 float32; compiles both first (minutes on 2 cores)
 
@@ -12,6 +14,7 @@ import sys
 
 import timm
 import torch
+import torch._inductor.config as inductor_config
 from torch.profiler import profile
 
 import swin
@@ -34,7 +37,7 @@ def main(batch: int = 1, dtype: str = "float32", top: int = 8) -> None:
     }
     x = torch.randn(batch, 3, 224, 224)
     inputs = {"ours (swin.optimize)": x, "timm (fused, frozen)": x.to(cast)}
-    with torch.no_grad():
+    with torch.no_grad(), inductor_config.patch({"cpp.enable_kernel_profile": True}):
         for name, run in runs.items():
             for _ in range(3):
                 run(inputs[name])
@@ -45,8 +48,20 @@ def main(batch: int = 1, dtype: str = "float32", top: int = 8) -> None:
             events = prof.key_averages()
             total = sum(e.self_cpu_time_total for e in events) / 3e3
             print(f"{name}, batch {batch}, {dtype}: {total:.1f} ms per call")
-            for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]:
-                print(f"  {e.key[:56]:56s} {e.self_cpu_time_total / 3e3:7.1f} ms  x{e.count // 3}")
+            generated = [e for e in events if e.key.startswith("graph_")]  # one event per inductor kernel
+            rows = {e.key: (e.self_cpu_time_total / 3e3, e.count // 3) for e in events if e not in generated}
+            if generated:
+                softmax = [e for e in generated if "softmax" in e.key]
+                rows["inductor kernels (generated code)"] = (
+                    sum(e.self_cpu_time_total for e in generated) / 3e3,
+                    sum(e.count for e in generated) // 3,
+                )
+                rows["  of which softmax kernels"] = (
+                    sum(e.self_cpu_time_total for e in softmax) / 3e3,
+                    sum(e.count for e in softmax) // 3,
+                )
+            for key, (ms, count) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:top]:
+                print(f"  {key[:56]:56s} {ms:7.1f} ms  x{count}")
 
 
 if __name__ == "__main__":

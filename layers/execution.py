@@ -106,9 +106,9 @@ def window_sdpa(
     Exported (``torch.export``, ONNX) or traced with symbolic sizes, a reshape would have to decide whether it
     is a view, and the ONNX exporter fails on reshape of the transposed output even at static sizes, so there:
     explicit copies, then views. Compiled with static sizes (``torch.compile`` of one shape, as
-    ``swin.optimize`` does) it runs as eager: those copies cost about 2 ms of 130 in a swin_t batch of 8. On
-    CPU in bf16/fp16 with the default scale (Swin V1), eager or compiled with static sizes, it is two matmuls
-    and a softmax instead (``_matmul_attention_pays``).
+    ``swin.optimize`` does) it runs as eager, without those copies. On CPU in bf16/fp16 with the default scale
+    (Swin V1), eager or compiled with static sizes, it is two matmuls and a softmax instead
+    (``_matmul_attention_pays``).
     """
     batch, windows, heads, n, head_dim = q.shape
     traced = torch.compiler.is_compiling()
@@ -137,10 +137,9 @@ def _matmul_attention_pays(q: torch.Tensor) -> bool:
     temperature, up to 100, where bf16 steps are 0.5 wide; SDPA keeps scores in float32, so V2 stays on it).
     ATen's fused CPU flash kernel spends most of its time per (window, head) pair at 49 tokens in reduced
     precision, forward and backward; compiled, inductor fuses bias, shift mask (constants once frozen) and
-    softmax into one kernel around two batched matmuls. Measured 2026-12-01 on an AVX512-BF16 CPU, swin_t
-    batch 8: compiled bf16 116-117 ms a call against 137-146 with SDPA (profiled in one process); a training
-    step under bf16 autocast 428 ms against 544 (``swin bench --model swin_t --kind train --dtype bf16``, two
-    runs). In float32 SDPA stays (403 ms against 408-422 compiled); on CUDA SDPA's kernels are the fast ones."""
+    softmax into one kernel around two batched matmuls. What it gains, compiled and in training under bf16
+    autocast: docs/PERFORMANCE.md (the AVX512-BF16 machine). In float32 SDPA's kernel is not slow, and on CUDA
+    SDPA's kernels are the fast ones: both keep it."""
     return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
 
 
