@@ -30,13 +30,13 @@ def parity_depths(name: str) -> dict:
     return {} if FULL_PARITY or "_t" in name else {"depths": (2, 2, 2, 2)}
 
 
-def timm_pair(name: str, depths: tuple[int, ...] | None = None, **timm_kwargs):
+def timm_pair(name: str, depths: tuple[int, ...] | None = None, shape: dict | None = None, **timm_kwargs):
     """A randomly initialised timm model and ours carrying its weights, both in eval mode (both built with
-    ``depths`` when given)."""
+    ``depths`` and the arguments in ``shape`` when given; ``timm_kwargs`` for timm's alone)."""
     import timm
 
     torch.manual_seed(0)
-    shape = {} if depths is None else {"depths": depths}
+    shape = {**(shape or {}), **({} if depths is None else {"depths": depths})}
     reference = timm.create_model(TIMM_NAMES[name], **shape, **timm_kwargs).eval()
     ours = swin.create_model(name, **shape).eval()
     ours.load_state_dict(convert(reference.state_dict(), source="timm"))

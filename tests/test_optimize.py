@@ -74,13 +74,7 @@ def frozen():
     regular and a shifted block (whose window plan and shift mask swin.optimize pins, so that they are frozen
     into the graph); the first compile in a process takes ~20 s on two cores whatever the model's size
     (inductor's start-up and its C++ compiles)."""
-    import timm
-
-    torch.manual_seed(0)
-    shape = {"depths": (2,), "num_heads": (3,)}
-    reference = timm.create_model("swin_tiny_patch4_window7_224", **shape).eval()
-    ours = swin.create_model("swin_t", **shape)
-    ours.load_state_dict(convert(reference.state_dict(), source="timm"))
+    reference, ours = timm_pair("swin_t", shape={"depths": (2,), "num_heads": (3,)})
     fast = swin.optimize(ours, dtype="float32", compile="force")
     x = torch.randn(2, 3, 224, 224)
     with torch.inference_mode():  # as swin bench and swin validate call it (the update test below: no_grad)
@@ -101,17 +95,13 @@ def test_compiled_bf16_matches_timm_float32(monkeypatch):
     1e-2 relative error of timm's in float32, as eager bf16. Per-token logits (no pooling), and position biases
     large enough to matter (at their initial std of 0.02, leaving the bias out changes pooled logits by 2e-3);
     leaving out the bias or the shift mask fails this test."""
-    import timm
-
-    torch.manual_seed(0)
     shape = {"depths": (2,), "num_heads": (2,), "embed_dim": 64, "global_pool": "", "num_classes": 16}
     # 112 pixels: a 28x28 map of 4x4 windows, 7 of 16 of them on the seam the shift mask cuts
-    reference = timm.create_model("swin_tiny_patch4_window7_224", img_size=112, **shape).eval()
+    reference, ours = timm_pair("swin_t", shape=shape, img_size=112)
     with torch.no_grad():
         for name, table in reference.named_parameters():
             if name.endswith("relative_position_bias_table"):
                 table.normal_(0, 5)
-    ours = swin.create_model("swin_t", **shape)
     ours.load_state_dict(convert(reference.state_dict(), source="timm"))
     fast = swin.optimize(ours, dtype="bfloat16", compile="force")
     from swin.layers import execution

@@ -21,16 +21,13 @@ def test_shift_mask_equals_timm(resolution, window):
     assert set(got.unique().tolist()) == {0.0, MASK_VALUE}
 
 
-def _compile_counting(model):
-    """torch.compile(model) with a backend that keeps each graph dynamo makes (and runs it as traced)."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+def _compile_recording(model):
+    """torch.compile(model) with torch's test backend that keeps each graph dynamo makes (and runs it eagerly)."""
+    from torch._dynamo.testing import EagerAndRecordGraphs
 
     torch._dynamo.reset()
-    return torch.compile(model, backend=backend), graphs
+    backend = EagerAndRecordGraphs()
+    return torch.compile(model, backend=backend), backend.graphs
 
 
 def test_pinned_window_plans_are_constants_of_a_compiled_graph_and_never_evicted():
@@ -47,13 +44,13 @@ def test_pinned_window_plans_are_constants_of_a_compiled_graph_and_never_evicted
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         expected = model(x)
-        unpinned, graphs = _compile_counting(model)
+        unpinned, graphs = _compile_recording(model)
         assert torch.allclose(unpinned(x), expected, atol=1e-5)
         assert any(node.target is torch.arange for node in graphs[0].graph.nodes), "plans expected in the graph"
 
         with pinning_window_plans():
             model(x[:1])
-        compiled, graphs = _compile_counting(model)
+        compiled, graphs = _compile_recording(model)
         assert torch.allclose(compiled(x), expected, atol=1e-5)
         assert len(graphs) == 1
         assert not any(node.target is torch.arange for node in graphs[0].graph.nodes), "plans built in the graph"
