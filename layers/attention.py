@@ -82,10 +82,10 @@ class WindowAttention(WindowAttentionBase):
     def position_bias(self) -> torch.Tensor:
         """(heads, N, N) bias gathered from the table."""
         n = self.window[0] * self.window[1]
-        # Gathered along the table's columns, so the bias comes out (heads, N, N) contiguous: the layout a frozen
-        # graph keeps for it, and the one its fused softmax reads vectorized.
-        bias = self.relative_position_bias_table.t()[:, self.relative_position_index.view(-1)]
-        return bias.view(self.num_heads, n, n)
+        # Contiguous (heads, N, N): the layout a frozen graph keeps for it, and the one its fused softmax reads
+        # vectorized (gathered along the table's columns instead, its gradient came out transposed).
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
+        return bias.view(n, n, self.num_heads).permute(2, 0, 1).contiguous()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, windows, n, channels = x.shape

@@ -82,7 +82,7 @@ class WindowAttentionV2(WindowAttentionBase):
         n = self.window[0] * self.window[1]
         table = self.cpb_mlp(self.relative_coords_table.to(self.cpb_mlp[0].weight.dtype))  # entries, heads
         # (heads, N, N) contiguous, as V1's (see WindowAttention.position_bias)
-        bias = table.t()[:, self.relative_position_index.view(-1)].view(self.num_heads, n, n)
+        bias = table[self.relative_position_index.view(-1)].view(n, n, self.num_heads).permute(2, 0, 1).contiguous()
         return 16 * torch.sigmoid(bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
