@@ -11,7 +11,9 @@ What it does, in order of what pays:
   dtype and outputs back to the input's dtype, so the caller keeps passing float32 images.
 - **compile** (``True``): ``torch.compile`` with inductor's ``freezing``: the weights become constants of the
   graph, so linear weights are pre-packed (MKL or oneDNN on CPU) and pointwise work (bias + GELU, residual
-  adds, LayerNorm) fuses into generated kernels. Compiling happens on the first call for each input shape, never
+  adds, LayerNorm) fuses into generated kernels. In float32 on a CPU where oneDNN's GEMM is the faster one (as
+  in eager inference, :mod:`swin.layers.linear_kernel`), the graph calls oneDNN's linear on the frozen weights
+  instead of the MKL-packed sgemm inductor would choose. Compiling happens on the first call for each input shape, never
   on import; its time is in :attr:`OptimizedModel.compile_seconds` (with freezing, inductor bypasses its FX
   graph cache, so each process compiles again; its C++ kernel cache still shortens that). Before compiling a
   shape, one image runs eagerly to pin the window plans of that size, which the graph then holds as constants
@@ -42,6 +44,7 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from .layers.execution import plain
+from .layers.linear_kernel import compiled_linear_kernels, onednn_pays
 from .layers.window import pinning_window_plans, unpin_window_plans
 
 __all__ = ["FrozenCompiled", "OptimizedModel", "cpu_features", "fastest_dtype", "optimize"]
@@ -122,14 +125,17 @@ def _map_tensors(out: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 class FrozenCompiled(nn.Module):
     """``torch.compile(model)`` whose graphs are compiled with inductor's ``freezing`` on (set while it runs:
     in torch 2.14 ``torch.compile(options={"freezing": True})`` does not freeze). Frozen weights are copies:
-    :class:`OptimizedModel` rebuilds this when the weights change. Call it under ``torch.no_grad()``."""
+    :class:`OptimizedModel` rebuilds this when the weights change. Call it under ``torch.no_grad()``.
+    ``onednn_linear``: float32 linear layers through oneDNN in the graph
+    (:func:`swin.layers.linear_kernel.compiled_linear_kernels`)."""
 
-    def __init__(self, model: nn.Module, mode: str | None = None):
+    def __init__(self, model: nn.Module, mode: str | None = None, onednn_linear: bool = False):
         super().__init__()
         self.model = model
 
         def run(x: torch.Tensor) -> Any:
-            return model(x)
+            with compiled_linear_kernels(onednn_linear):
+                return model(x)
 
         # Dynamo keeps compiled graphs per code object and would serve the previous, stale frozen graph to a
         # new torch.compile of the same model (its guards do not look at weight values); each build gets a
@@ -218,7 +224,8 @@ class OptimizedModel(nn.Module):
             if self._compiled is None or signature != self._signature:
                 self.refresh()
                 # not a submodule: the state dict and .modules() stay the model's own, once
-                object.__setattr__(self, "_compiled", FrozenCompiled(self.model, self.mode))
+                onednn = self.dtype == torch.float32 and x.device.type == "cpu" and onednn_pays()
+                object.__setattr__(self, "_compiled", FrozenCompiled(self.model, self.mode, onednn))
                 self._signature = signature
             key = tuple(x.shape)
             start = time.perf_counter()

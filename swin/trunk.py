@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .layers.execution import image_chunks, run_in_image_chunks
+from .layers.linear_kernel import linear_kernels
 from .layers.patch_embed import PatchEmbed
 from .layers.semantics import get_semantics
 from .layers.stage import SwinStage
@@ -128,9 +129,11 @@ class SwinTrunk(nn.Module):
     def forward_stages(self, x: torch.Tensor, run) -> object:
         """``run(x)`` for a batch of images, run as :func:`swin.layers.execution.image_chunks` decides (in
         pieces of a few images in CPU inference, else at once): the one place where the trunk's forward is
-        split, always through the modules' own ``forward``."""
+        split, always through the modules' own ``forward``, with float32 CPU inference's linear layers on the
+        faster GEMM library (:func:`swin.layers.linear_kernel.linear_kernels`)."""
         self.check_input(x)
-        return run_in_image_chunks(run, x, image_chunks(self, x, lambda: self._image_bytes(x)))
+        with linear_kernels(x):
+            return run_in_image_chunks(run, x, image_chunks(self, x, lambda: self._image_bytes(x)))
 
     def _image_bytes(self, x: torch.Tensor) -> int:
         """Bytes of the largest intermediate one image of ``x``'s size makes in the stages."""

@@ -70,23 +70,40 @@ def test_bf16_logits_within_1e2_of_float32(pair):
 
 @pytest.fixture(scope="module")
 def frozen():
-    """(timm, ours, ours optimized with a frozen compiled graph, input, its first output). One stage of a
+    """(timm, ours, ours optimized with a frozen compiled graph, input, its first output, oneDNN linear calls
+    traced). One stage of a
     regular and a shifted block (whose window plan and shift mask swin.optimize pins, so that they are frozen
     into the graph); the first compile in a process takes ~20 s on two cores whatever the model's size
-    (inductor's start-up and its C++ compiles)."""
+    (inductor's start-up and its C++ compiles). Float32 linear layers on oneDNN (chosen here instead of timed,
+    see swin.layers.linear_kernel), so that the graph calls it on every machine; ``traced`` counts the calls
+    dynamo traced."""
+    from swin.layers import linear_kernel
+
     reference, ours = timm_pair("swin_t", shape={"depths": (2,), "num_heads": (3,)})
     fast = swin.optimize(ours, dtype="float32", compile="force")
     x = torch.randn(2, 3, 224, 224)
-    with torch.inference_mode():  # as swin bench and swin validate call it (the update test below: no_grad)
-        first = fast(x)
-    return reference, ours, fast, x, first
+    traced = []
+    original, chosen = linear_kernel._onednn, linear_kernel.ONEDNN_LINEAR
+
+    def spy(*args):
+        traced.append(torch.compiler.is_compiling())
+        return original(*args)
+
+    linear_kernel._onednn, linear_kernel.ONEDNN_LINEAR = spy, True
+    try:
+        with torch.inference_mode():  # as swin bench and swin validate call it (the update test below: no_grad)
+            first = fast(x)
+    finally:
+        linear_kernel._onednn, linear_kernel.ONEDNN_LINEAR = original, chosen
+    return reference, ours, fast, x, first, sum(traced)
 
 
 def test_compiled_with_freezing_matches_timm(frozen):
-    reference, _, fast, x, first = frozen
+    reference, _, fast, x, first, traced = frozen
     with torch.no_grad():
         assert (first - reference(x)).abs().max().item() <= 1e-4
     assert list(fast.compile_seconds) == [(2, 3, 224, 224)]
+    assert traced == 2 * 4 + 1  # the graph calls oneDNN for the blocks' four linear layers each, and the head
 
 
 def test_compiled_bf16_matches_timm_float32(monkeypatch):
@@ -119,7 +136,7 @@ def test_compiled_bf16_matches_timm_float32(monkeypatch):
 def test_frozen_graph_follows_weight_updates(frozen):
     """Freezing copies the weights into the graph; a step that changes them in place (as an optimizer,
     ``load_state_dict``'s ``copy_`` or an EMA update do) makes the next call build the graph again."""
-    reference, ours, fast, x, first = frozen
+    reference, ours, fast, x, first, _ = frozen
     built = fast._compiled
     with torch.no_grad():
         ours.head.weight.mul_(-2)

@@ -1,0 +1,150 @@
+"""Which GEMM library runs float32 linear layers in CPU inference: oneDNN where it is the faster one here.
+
+ATen sends a float32 ``F.linear`` on CPU to MKL's sgemm, and bfloat16 to oneDNN. MKL chooses its kernels by
+CPU vendor: on AMD processors it runs its AVX2 code even where the CPU has AVX-512, and oneDNN, which chooses
+by instruction set, ran this package's linear shapes about twice as fast on a 2-core AMD EPYC with AVX-512
+(docs/PERFORMANCE.md). Both compute in float32 (no reduced-precision accumulation); only the order of the
+additions differs.
+
+:func:`linear_kernels` wraps one forward pass (the trunk's, see ``swin/trunk.py``): while it runs, each
+``F.linear`` call, whichever module makes it (ours, or a user's wrapper around ours), runs through
+``torch.ops.mkldnn._linear_pointwise`` with the weight and bias it was given on that call, so nothing is
+cached and a weight update or a wrapper is seen as always. It applies only where the answer is the same
+float32 math and nothing observes the ops below ``F.linear``:
+
+- the faster library here is oneDNN (:func:`onednn_pays`: timed once per process and thread count, on two
+  of Swin's linear shapes; ``SWIN_ONEDNN_LINEAR=1`` or ``0`` in the environment, or :data:`ONEDNN_LINEAR`,
+  decides instead);
+- CPU, float32 input, no autograd (``no_grad`` or inference mode: oneDNN's op has no backward), no autocast
+  (autocast would cast F.linear's inputs below this layer);
+- eager: not under ``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or forward-mode AD, and no
+  ``TorchDispatchMode`` active (a FLOP counter or fake tensors see aten ops and would miss this one);
+- per call: plain tensors (not subclasses such as quantized or distributed weights), float32, strided, on CPU,
+  a 2-D weight; anything else goes to ``F.linear`` as it would without this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["ONEDNN_LINEAR", "compiled_linear_kernels", "linear_kernels", "onednn_pays"]
+
+# None: decided by timing (onednn_pays); True / False: always / never (SWIN_ONEDNN_LINEAR=1 / 0 sets it).
+ONEDNN_LINEAR: bool | None = {"1": True, "0": False}.get(os.environ.get("SWIN_ONEDNN_LINEAR", ""))
+
+# Linear shapes (tokens, in, out) that Swin runs a lot of: swin_t's stage-1 qkv at one image, stage-4 fc1 at 8.
+_PROBE_SHAPES = ((3136, 96, 288), (392, 768, 3072))
+# oneDNN is chosen when it takes the probe in at most this share of MKL's time.
+_PAYS_BELOW = 0.9
+
+_PLAIN = (torch.Tensor, nn.Parameter)
+
+
+@functools.cache
+def _measured(threads: int) -> bool:
+    with torch.no_grad():
+        aten = onednn = 0.0
+        for tokens, d_in, d_out in _PROBE_SHAPES:
+            x, w, b = torch.randn(tokens, d_in), torch.randn(d_out, d_in), torch.randn(d_out)
+            runs = {"aten": [], "onednn": []}
+            for _ in range(4):  # interleaved; the first round warms both up and is dropped
+                for name, run in (("aten", F.linear), ("onednn", _onednn)):
+                    start = time.perf_counter()
+                    run(x, w, b)
+                    runs[name].append(time.perf_counter() - start)
+            aten += min(runs["aten"][1:])
+            onednn += min(runs["onednn"][1:])
+    return onednn <= _PAYS_BELOW * aten
+
+
+def onednn_pays() -> bool:
+    """Whether float32 linear layers run through oneDNN in CPU inference: :data:`ONEDNN_LINEAR` when set,
+    else timed on this machine at the current thread count (once per process and thread count, ~50 ms)."""
+    if ONEDNN_LINEAR is not None:
+        return ONEDNN_LINEAR and torch.backends.mkldnn.is_available()
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        return False
+    return _measured(torch.get_num_threads())
+
+
+def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # As a matrix: inductor's freezing passes expect oneDNN's linear on 2-D inputs (``swin.optimize``).
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), weight, bias, "none", [], "")
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def _eligible(t: torch.Tensor | None) -> bool:
+    return t is None or (
+        type(t) in _PLAIN
+        and t.dtype == torch.float32
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+        and not (t.requires_grad and torch.is_grad_enabled())
+    )
+
+
+class _OneDNNLinear(TorchFunctionMode):
+    """F.linear through oneDNN where :func:`_eligible`; every other call, unchanged."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear and len(args) + len(kwargs) <= 3:
+            call = dict(zip(("input", "weight", "bias"), args, strict=False)) | kwargs
+            x, weight, bias = call.get("input"), call.get("weight"), call.get("bias")
+            if (
+                isinstance(x, torch.Tensor)
+                and isinstance(weight, torch.Tensor)
+                and (bias is None or isinstance(bias, torch.Tensor))
+                and x.dim() >= 2
+                and weight.dim() == 2
+                and x.shape[-1] == weight.shape[1]
+                and x.numel() > 0
+                and (bias is None or tuple(bias.shape) == (weight.shape[0],))
+                and _eligible(x)
+                and _eligible(weight)
+                and _eligible(bias)
+            ):
+                return _onednn(x, weight, bias)
+        return func(*args, **kwargs)
+
+
+def _applies(x: torch.Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and not torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling()
+        and torch._C._get_tracing_state() is None
+        and torch._C._functorch.peek_interpreter_stack() is None
+        and torch.autograd.forward_ad._current_level == -1
+        and torch._C._len_torch_dispatch_stack() == 0
+        and onednn_pays()
+    )
+
+
+@contextlib.contextmanager
+def linear_kernels(x: torch.Tensor) -> Iterator[None]:
+    """Around one forward pass on ``x``: float32 linear layers through oneDNN where that applies (module
+    docstring); otherwise nothing changes."""
+    if not _applies(x):
+        yield
+        return
+    with _OneDNNLinear():
+        yield
+
+
+def compiled_linear_kernels(enabled: bool) -> contextlib.AbstractContextManager:
+    """Inside a function that ``torch.compile`` traces (``swin.optimize`` in float32 on CPU, where the caller
+    checked :func:`onednn_pays`): the graph calls oneDNN's linear, as eager inference does, instead of the
+    MKL-packed sgemm inductor's freezing would choose. ``enabled=False``: nothing changes."""
+    return _OneDNNLinear() if enabled else contextlib.nullcontext()

@@ -1,0 +1,179 @@
+"""Float32 CPU inference runs linear layers through oneDNN where that is faster (swin.layers.linear_kernel):
+the outputs stay timm's, a user's wrapper and weight updates are seen, and it stays out of the way of
+autograd, autocast, tracing and anything that observes aten ops.
+
+Each test sets the choice (``ONEDNN_LINEAR``) instead of timing it, so they run the same on every machine, and
+counts the oneDNN calls, so that a path that silently stopped applying (or applied where it must not) fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import swin
+from swin.layers import linear_kernel
+
+from ..conftest import timm_pair
+from ..test_wrappers_and_weight_updates import _merge, _wrap
+
+TOLERANCE = 1e-5
+# Linear layers in a swin_t with depths (1, 1, 1, 1): qkv, proj, fc1, fc2 per block, 3 patch mergings.
+LINEARS = 4 * 4 + 3
+
+
+@pytest.fixture
+def onednn(monkeypatch):
+    """oneDNN chosen, and a record of the (input shape, weight shape) of every call it ran."""
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", True)
+    calls = []
+    original = linear_kernel._onednn
+
+    def spy(x, weight, bias):
+        calls.append((tuple(x.shape), tuple(weight.shape)))
+        return original(x, weight, bias)
+
+    monkeypatch.setattr(linear_kernel, "_onednn", spy)
+    return calls
+
+
+def _model(**kwargs):
+    torch.manual_seed(0)
+    return swin.create_model("swin_t", depths=(1, 1, 1, 1), drop_path_rate=0.0, **kwargs).eval()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_classifier_matches_timm(onednn, batch):
+    reference, ours = timm_pair("swin_t", depths=(2, 2, 2, 2))
+    x = torch.randn(batch, 3, 224, 224)
+    with torch.inference_mode():
+        expected = reference(x)
+        got = ours(x)
+    assert len(onednn) == 4 * 8 + 3  # every block's four linear layers and the three mergings; the head is not
+    assert (got - expected).abs().max().item() <= TOLERANCE
+
+
+def test_backbone_at_detection_size_matches_aten(onednn, monkeypatch):
+    model = _model(features_only=True)
+    x = torch.randn(1, 3, 800, 1333)
+    with torch.no_grad():
+        got = model(x)
+        assert len(onednn) == LINEARS
+        monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
+        expected = model(x)  # MKL's sgemm through F.linear: the other library
+    assert len(onednn) == LINEARS
+    for level, want in zip(got, expected, strict=True):
+        assert (level - want).abs().max().item() <= TOLERANCE
+
+
+def test_a_wrapper_runs_and_weight_updates_are_seen(onednn):
+    model = _model(num_classes=10)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        before = model(x)
+    _wrap(model, "attn.qkv")  # a LoRA adapter around every qkv: its two linear layers run through oneDNN too
+    with torch.no_grad():
+        wrapped = model(x)
+        for adapter in (m for m in model.modules() if hasattr(m, "merged")):
+            adapter.up.weight.mul_(3.0)  # an in-place update after a forward: nothing of the old weights is kept
+        updated = model(x)
+    assert len(onednn) == 3 * LINEARS + 2 * (2 * 4)  # three passes; two of them with 4 adapters of 2 layers
+    _merge(model, "attn.qkv")  # the adapters folded into plain Linears: the expected outputs
+    with torch.no_grad():
+        expected = model(x)
+    assert (wrapped - before).abs().max().item() > 1e-3
+    assert (updated - wrapped).abs().max().item() > 1e-3
+    assert (updated - expected).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["grad", "autocast", "flop counter", "vmap", "jit trace", "compile", "bfloat16", "not chosen"],
+)
+def test_not_used_where_it_would_change_what_runs(onednn, monkeypatch, setting):
+    model = _model(num_classes=10)
+    x = torch.randn(1, 3, 224, 224)
+    if setting == "grad":  # oneDNN's op has no backward
+        model(x).sum().backward()
+        assert model.head.weight.grad is not None
+    elif setting == "autocast":  # autocast casts F.linear's inputs below the torch-function layer
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            assert model(x).dtype == torch.bfloat16
+    elif setting == "flop counter":  # counters see aten ops; torch's formulas give swin_t's linear MACs
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x)
+        assert counter.get_flop_counts()["Global"][torch.ops.aten.addmm] > 0
+    elif setting == "vmap":
+        with torch.no_grad():
+            torch.vmap(model, in_dims=0)(x.unsqueeze(1))
+    elif setting == "jit trace":
+        with torch.no_grad():
+            traced = torch.jit.trace(model, x, check_trace=False)
+        assert "mkldnn" not in str(traced.inlined_graph)
+    elif setting == "compile":
+        pytest.importorskip("torch._dynamo")
+        with torch.no_grad():
+            torch.compile(model, backend="eager")(x)
+    elif setting == "bfloat16":
+        model.to(torch.bfloat16)
+        with torch.no_grad():
+            model(x.bfloat16())
+    else:
+        monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
+        with torch.no_grad():
+            model(x)
+    assert onednn == []
+
+
+def test_other_tensors_go_to_f_linear(onednn):
+    """Inside the pass, a call with anything but plain float32 CPU tensors is F.linear's, errors included."""
+
+    class Wrapped(torch.Tensor):
+        pass
+
+    x = torch.randn(4, 8)
+    weight = torch.randn(5, 8)
+    with torch.no_grad(), linear_kernel.linear_kernels(x):
+        plain = torch.nn.functional.linear(x, weight)
+        torch.nn.functional.linear(x, weight.as_subclass(Wrapped))
+        torch.nn.functional.linear(x.double(), weight.double())
+        torch.nn.functional.linear(x[0], weight)  # 1-D input
+        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+            torch.nn.functional.linear(x, weight.t())
+    assert onednn == [((4, 8), (5, 8))]
+    assert (plain - x @ weight.t()).abs().max().item() <= TOLERANCE
+
+
+def test_choice_is_timed_once_and_can_be_set(monkeypatch):
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", None)
+    linear_kernel._measured.cache_clear()
+    first = linear_kernel.onednn_pays()
+    assert isinstance(first, bool)
+    assert linear_kernel.onednn_pays() is first and linear_kernel._measured.cache_info().misses == 1
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
+    assert linear_kernel.onednn_pays() is False
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", True)
+    assert linear_kernel.onednn_pays() is torch.backends.mkldnn.is_available()
+
+
+def test_model_still_runs_a_linear_module_through_its_forward(onednn):
+    """A module the user substituted (not calling F.linear at all) is called as it is."""
+
+    class Doubling(nn.Module):
+        def __init__(self, base: nn.Linear):
+            super().__init__()
+            self.base = base
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return 2 * self.base(x)
+
+    model = _model(num_classes=10)
+    block = model.layers[0].blocks[0]
+    block.mlp.fc2 = Doubling(block.mlp.fc2)
+    with torch.no_grad():
+        model(torch.randn(1, 3, 224, 224))
+    assert block.mlp.fc2.calls == 1 and len(onednn) == LINEARS
