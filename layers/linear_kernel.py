@@ -1,9 +1,9 @@
 """Which GEMM library runs float32 linear layers in CPU inference: oneDNN where it is the faster one here.
 
-ATen sends a float32 ``F.linear`` on CPU to MKL's sgemm, and bfloat16 to oneDNN. MKL chooses its kernels by
-CPU vendor: on AMD processors it runs its AVX2 code even where the CPU has AVX-512, and oneDNN, which chooses
-by instruction set, ran this package's linear shapes about twice as fast on a 2-core AMD EPYC with AVX-512
-(docs/PERFORMANCE.md). Both compute in float32 (no reduced-precision accumulation); only the order of the
+ATen sends a float32 ``F.linear`` on CPU to MKL's sgemm, and bfloat16 to oneDNN. Which of the two is faster
+in float32 depends on the CPU: on a 2-core AMD EPYC with AVX-512, oneDNN's linear ran swin_t's shapes 1.8x-2.3x
+as fast as MKL's (``python docs/linear_libraries.py``, docs/PERFORMANCE.md), so it is timed on the machine
+rather than assumed. Both compute in float32 (no reduced-precision accumulation); only the order of the
 additions differs.
 
 :func:`linear_kernels` wraps one forward pass (the trunk's, see ``swin/trunk.py``): while it runs, each
@@ -16,11 +16,13 @@ float32 math and nothing observes the ops below ``F.linear``:
   of Swin's linear shapes; ``SWIN_ONEDNN_LINEAR=1`` or ``0`` in the environment, or :data:`ONEDNN_LINEAR`,
   decides instead);
 - CPU, float32 input, no autograd (``no_grad`` or inference mode: oneDNN's op has no backward), no autocast
-  (autocast would cast F.linear's inputs below this layer);
+  (autocast would cast F.linear's inputs below this layer), and no torch-function mode of the user's (ours
+  would take F.linear before it);
 - eager: not under ``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or forward-mode AD, and no
-  ``TorchDispatchMode`` active (a FLOP counter or fake tensors see aten ops and would miss this one);
+  ``TorchDispatchMode`` active (a FLOP counter or fake tensors see aten ops and would miss this one); these
+  are checked again on every call, since a user's submodule may enter one inside the pass;
 - per call: plain tensors (not subclasses such as quantized or distributed weights), float32, strided, on CPU,
-  a 2-D weight; anything else goes to ``F.linear`` as it would without this.
+  a 2-D weight and a contiguous 1-D bias; any other call goes to ``F.linear`` as it would without this.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import time
 from collections.abc import Iterator
 
@@ -49,12 +52,21 @@ _PAYS_BELOW = 0.9
 _PLAIN = (torch.Tensor, nn.Parameter)
 
 
+_PROBE_LOCK = threading.Lock()
+
+
 @functools.cache
 def _measured(threads: int) -> bool:
-    with torch.no_grad():
-        aten = onednn = 0.0
+    # Its own generator, float32 CPU tensors whatever the defaults, and no torch-function modes of the
+    # caller's (which would see these calls): the probe leaves no trace in the user's program.
+    generator = torch.Generator().manual_seed(0)
+    aten = onednn = 0.0
+    with torch.no_grad(), torch._C.DisableTorchFunction():
         for tokens, d_in, d_out in _PROBE_SHAPES:
-            x, w, b = torch.randn(tokens, d_in), torch.randn(d_out, d_in), torch.randn(d_out)
+            x, w, b = (
+                torch.randn(*shape, generator=generator, dtype=torch.float32, device="cpu")
+                for shape in ((tokens, d_in), (d_out, d_in), (d_out,))
+            )
             runs = {"aten": [], "onednn": []}
             for _ in range(4):  # interleaved; the first round warms both up and is dropped
                 for name, run in (("aten", F.linear), ("onednn", _onednn)):
@@ -67,13 +79,16 @@ def _measured(threads: int) -> bool:
 
 
 def onednn_pays() -> bool:
-    """Whether float32 linear layers run through oneDNN in CPU inference: :data:`ONEDNN_LINEAR` when set,
-    else timed on this machine at the current thread count (once per process and thread count, ~50 ms)."""
-    if ONEDNN_LINEAR is not None:
-        return ONEDNN_LINEAR and torch.backends.mkldnn.is_available()
+    """Whether float32 linear layers run through oneDNN in CPU inference: never where oneDNN is missing or
+    turned off (``torch.backends.mkldnn.flags(enabled=False)``); else :data:`ONEDNN_LINEAR` when set, else
+    timed on this machine at the current thread count (once per process and thread count, ~50 ms)."""
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
         return False
-    return _measured(torch.get_num_threads())
+    if ONEDNN_LINEAR is not None:
+        return ONEDNN_LINEAR
+    threads = torch.get_num_threads()
+    with _PROBE_LOCK:  # two threads' first calls would time each other
+        return _measured(threads)
 
 
 def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -92,8 +107,30 @@ def _eligible(t: torch.Tensor | None) -> bool:
     )
 
 
+def _plain_inference() -> bool:
+    return not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+
+
+def _unobserved() -> bool:
+    """Nothing would see or change what runs below F.linear: checked when the pass starts and again on every
+    call (a user's submodule may enter autocast, a FLOP counter or a transform inside it)."""
+    return (
+        _plain_inference()
+        and not torch.compiler.is_compiling()
+        and torch._C._get_tracing_state() is None
+        and torch._C._functorch.peek_interpreter_stack() is None
+        and torch.autograd.forward_ad._current_level == -1
+        and torch._C._len_torch_dispatch_stack() == 0
+    )
+
+
 class _OneDNNLinear(TorchFunctionMode):
-    """F.linear through oneDNN where :func:`_eligible`; every other call, unchanged."""
+    """F.linear through oneDNN where :func:`_eligible`; every other call, unchanged. ``compiled``: inside a
+    function torch.compile traces (where tracing itself is what :func:`_unobserved` would refuse)."""
+
+    def __init__(self, compiled: bool = False):
+        super().__init__()
+        self.compiled = compiled
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -108,26 +145,23 @@ class _OneDNNLinear(TorchFunctionMode):
                 and weight.dim() == 2
                 and x.shape[-1] == weight.shape[1]
                 and x.numel() > 0
-                and (bias is None or tuple(bias.shape) == (weight.shape[0],))
+                and (bias is None or (tuple(bias.shape) == (weight.shape[0],) and bias.is_contiguous()))
                 and _eligible(x)
                 and _eligible(weight)
                 and _eligible(bias)
+                and (_plain_inference() if self.compiled else _unobserved())
             ):
                 return _onednn(x, weight, bias)
         return func(*args, **kwargs)
 
 
 def _applies(x: torch.Tensor) -> bool:
+    # A torch-function mode of the user's would sit below ours and never see F.linear: none may be active.
     return (
         x.device.type == "cpu"
         and x.dtype == torch.float32
-        and not torch.is_grad_enabled()
-        and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
-        and torch._C._get_tracing_state() is None
-        and torch._C._functorch.peek_interpreter_stack() is None
-        and torch.autograd.forward_ad._current_level == -1
-        and torch._C._len_torch_dispatch_stack() == 0
+        and _unobserved()
+        and torch._C._len_torch_function_stack() == 0
         and onednn_pays()
     )
 
@@ -147,4 +181,4 @@ def compiled_linear_kernels(enabled: bool) -> contextlib.AbstractContextManager:
     """Inside a function that ``torch.compile`` traces (``swin.optimize`` in float32 on CPU, where the caller
     checked :func:`onednn_pays`): the graph calls oneDNN's linear, as eager inference does, instead of the
     MKL-packed sgemm inductor's freezing would choose. ``enabled=False``: nothing changes."""
-    return _OneDNNLinear() if enabled else contextlib.nullcontext()
+    return _OneDNNLinear(compiled=True) if enabled else contextlib.nullcontext()

@@ -220,11 +220,12 @@ class OptimizedModel(nn.Module):
                         stacklevel=2,
                     )
                 return _map_tensors(self.model(x), cast)
-            signature = _state_signature(self.model)
+            # The weights, and which library runs float32 linear layers (settings and thread count can change).
+            onednn = self.dtype == torch.float32 and x.device.type == "cpu" and onednn_pays()
+            signature = (_state_signature(self.model), onednn)
             if self._compiled is None or signature != self._signature:
                 self.refresh()
                 # not a submodule: the state dict and .modules() stay the model's own, once
-                onednn = self.dtype == torch.float32 and x.device.type == "cpu" and onednn_pays()
                 object.__setattr__(self, "_compiled", FrozenCompiled(self.model, self.mode, onednn))
                 self._signature = signature
             key = tuple(x.shape)

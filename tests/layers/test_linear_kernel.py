@@ -135,27 +135,65 @@ def test_other_tensors_go_to_f_linear(onednn):
 
     x = torch.randn(4, 8)
     weight = torch.randn(5, 8)
+    table = torch.randn(5, 3)
+    linear = torch.nn.functional.linear
     with torch.no_grad(), linear_kernel.linear_kernels(x):
-        plain = torch.nn.functional.linear(x, weight)
-        torch.nn.functional.linear(x, weight.as_subclass(Wrapped))
-        torch.nn.functional.linear(x.double(), weight.double())
-        torch.nn.functional.linear(x[0], weight)  # 1-D input
+        plain = linear(x, weight)
+        linear(x, weight.as_subclass(Wrapped))
+        linear(x.double(), weight.double())
+        linear(x[0], weight)  # 1-D input
+        strided = linear(x, weight, table[:, 1])  # a bias that is a column of a table
+        expanded = linear(x, weight, torch.tensor([1.5]).expand(5))  # stride 0
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # entered inside the pass, e.g. by a user's module
+            assert linear(x, weight).dtype == torch.bfloat16
+        with FlopCounterMode(display=False) as counter:
+            linear(x, weight)
         with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
-            torch.nn.functional.linear(x, weight.t())
+            linear(x, weight.t())
     assert onednn == [((4, 8), (5, 8))]
+    assert counter.get_total_flops() == 2 * 4 * 8 * 5
     assert (plain - x @ weight.t()).abs().max().item() <= TOLERANCE
+    assert (strided - (x @ weight.t() + table[:, 1])).abs().max().item() <= TOLERANCE
+    assert (expanded - (x @ weight.t() + 1.5)).abs().max().item() <= TOLERANCE
 
 
-def test_choice_is_timed_once_and_can_be_set(monkeypatch):
+def test_a_users_torch_function_mode_sees_every_linear_call(onednn):
+    from torch.overrides import TorchFunctionMode
+
+    class CountLinear(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.nn.functional.linear:
+                CountLinear.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    model = _model(num_classes=10)
+    with torch.no_grad(), CountLinear():
+        model(torch.randn(1, 3, 224, 224))
+    assert CountLinear.calls == LINEARS + 1 and onednn == []  # the head too
+
+
+def test_choice_is_timed_once_leaving_no_trace_and_can_be_set(monkeypatch):
     monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", None)
     linear_kernel._measured.cache_clear()
-    first = linear_kernel.onednn_pays()
+    rng = torch.get_rng_state()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the probe makes its own float32 CPU tensors whatever the defaults
+    try:
+        with torch.device("meta"):
+            first = linear_kernel.onednn_pays()
+    finally:
+        torch.set_default_dtype(default)
     assert isinstance(first, bool)
+    assert torch.equal(torch.get_rng_state(), rng)  # a seeded program draws the same numbers after it
     assert linear_kernel.onednn_pays() is first and linear_kernel._measured.cache_info().misses == 1
     monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
     assert linear_kernel.onednn_pays() is False
     monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", True)
     assert linear_kernel.onednn_pays() is torch.backends.mkldnn.is_available()
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert linear_kernel.onednn_pays() is False
 
 
 def test_model_still_runs_a_linear_module_through_its_forward(onednn):
