@@ -1,4 +1,4 @@
-"""Which GEMM library runs float32 linear layers in CPU inference: oneDNN where it is the faster one here.
+"""Which GEMM library runs float32 linear layers on CPU: oneDNN where it is the faster one here.
 
 ATen sends a float32 ``F.linear`` on CPU to MKL's sgemm, and bfloat16 to oneDNN. Which of the two is faster
 in float32 depends on the CPU: on a 2-core AMD EPYC with AVX-512, oneDNN's linear ran swin_t's shapes 1.8x-2.3x
@@ -9,18 +9,19 @@ additions differs.
 :func:`linear_kernels` wraps one forward pass (the trunk's, see ``swin/trunk.py``): while it runs, each
 ``F.linear`` call, whichever module makes it (ours, or a user's wrapper around ours), runs through
 ``torch.ops.mkldnn._linear_pointwise`` with the weight and bias it was given on that call, so nothing is
-cached and a weight update or a wrapper is seen as always. It applies only where the answer is the same
-float32 math and nothing observes the ops below ``F.linear``:
+cached and a weight update or a wrapper is seen as always; under autograd through :class:`_Linear`, whose
+backward is oneDNN linears too (differentiable again, for double backward). It applies only where the answer
+is the same float32 math and nothing observes the ops below ``F.linear``:
 
 - the faster library here is oneDNN (:func:`onednn_pays`: timed once per process and thread count, on two
   of Swin's linear shapes; ``SWIN_ONEDNN_LINEAR=1`` or ``0`` in the environment, or :data:`ONEDNN_LINEAR`,
   decides instead);
-- CPU, float32 input, no autograd (``no_grad`` or inference mode: oneDNN's op has no backward), no autocast
-  (autocast would cast F.linear's inputs below this layer), and no torch-function mode of the user's (ours
-  would take F.linear before it);
-- eager: not under ``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or forward-mode AD, and no
-  ``TorchDispatchMode`` active (a FLOP counter or fake tensors see aten ops and would miss this one); these
-  are checked again on every call, since a user's submodule may enter one inside the pass;
+- CPU, float32 input, no autocast (autocast would cast F.linear's inputs below this layer), and no
+  torch-function mode of the user's (ours would take F.linear before it);
+- eager: not under ``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or forward-mode AD, no
+  ``TorchDispatchMode`` active (a FLOP counter or fake tensors see aten ops and would miss this one), and no
+  saved-tensor hooks (activation checkpointing recomputes outside the pass and compares what was saved);
+  these are checked again on every call, since a user's submodule may enter one inside the pass;
 - per call: plain tensors (not subclasses such as quantized or distributed weights), float32, strided, on CPU,
   a 2-D weight and a contiguous 1-D bias; any other call goes to ``F.linear`` as it would without this.
 """
@@ -79,7 +80,7 @@ def _measured(threads: int) -> bool:
 
 
 def onednn_pays() -> bool:
-    """Whether float32 linear layers run through oneDNN in CPU inference: never where oneDNN is missing or
+    """Whether float32 linear layers run through oneDNN on CPU: never where oneDNN is missing or
     turned off (``torch.backends.mkldnn.flags(enabled=False)``); else :data:`ONEDNN_LINEAR` when set, else
     timed on this machine at the current thread count (once per process and thread count, ~50 ms)."""
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
@@ -91,42 +92,71 @@ def onednn_pays() -> bool:
         return _measured(threads)
 
 
-def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # As a matrix: inductor's freezing passes expect oneDNN's linear on 2-D inputs (``swin.optimize``).
+def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, matrix: bool = False) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` by oneDNN, computed on x as a matrix. Eager, the result is not a view in
+    autograd's eyes (``_unsafe_view``, as ATen's own matmul returns), so that in-place ops on it stay allowed
+    under :class:`_Linear`; ``matrix`` (inside ``torch.compile``): a plain view, the pattern inductor's freezing
+    passes expect around oneDNN's linear."""
     out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), weight, bias, "none", [], "")
-    return out.view(*x.shape[:-1], weight.shape[0])
+    shape = (*x.shape[:-1], weight.shape[0])
+    return out.view(shape) if matrix else torch.ops.aten._unsafe_view(out, shape)
+
+
+class _Linear(torch.autograd.Function):
+    """oneDNN's linear with a backward made of oneDNN linears (so that it is differentiable again: a gradient
+    penalty's double backward works as with F.linear)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return _onednn(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()  # e.g. the stride-0 gradient of a mean
+        rows = grad.reshape(-1, grad.shape[-1])
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _Linear.apply(grad, weight.t(), None)  # grad @ weight
+        if ctx.needs_input_grad[1]:
+            grad_weight = _Linear.apply(rows.t(), x.reshape(-1, x.shape[-1]).t(), None)  # grad^T @ x
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = rows.sum(0)
+        return grad_x, grad_weight, grad_bias
 
 
 def _eligible(t: torch.Tensor | None) -> bool:
     return t is None or (
-        type(t) in _PLAIN
-        and t.dtype == torch.float32
-        and t.device.type == "cpu"
-        and t.layout == torch.strided
-        and not (t.requires_grad and torch.is_grad_enabled())
+        type(t) in _PLAIN and t.dtype == torch.float32 and t.device.type == "cpu" and t.layout == torch.strided
     )
-
-
-def _plain_inference() -> bool:
-    return not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
 
 
 def _unobserved() -> bool:
     """Nothing would see or change what runs below F.linear: checked when the pass starts and again on every
     call (a user's submodule may enter autocast, a FLOP counter or a transform inside it)."""
     return (
-        _plain_inference()
+        not torch.is_autocast_enabled("cpu")
         and not torch.compiler.is_compiling()
         and torch._C._get_tracing_state() is None
         and torch._C._functorch.peek_interpreter_stack() is None
         and torch.autograd.forward_ad._current_level == -1
         and torch._C._len_torch_dispatch_stack() == 0
+        # Saved-tensor hooks: activation checkpointing compares what the forward saved with what its
+        # recomputation (outside this pass, on F.linear) saves; offloading hooks expect autograd's own ops.
+        and torch._C._autograd._top_saved_tensors_default_hooks(False) is None
     )
 
 
 class _OneDNNLinear(TorchFunctionMode):
-    """F.linear through oneDNN where :func:`_eligible`; every other call, unchanged. ``compiled``: inside a
-    function torch.compile traces (where tracing itself is what :func:`_unobserved` would refuse)."""
+    """F.linear through oneDNN where :func:`_eligible` (with autograd: :class:`_Linear`); every other call,
+    unchanged. ``compiled``: inside a function torch.compile traces for inference (where tracing itself is
+    what :func:`_unobserved` would refuse)."""
 
     def __init__(self, compiled: bool = False):
         super().__init__()
@@ -149,9 +179,13 @@ class _OneDNNLinear(TorchFunctionMode):
                 and _eligible(x)
                 and _eligible(weight)
                 and _eligible(bias)
-                and (_plain_inference() if self.compiled else _unobserved())
             ):
-                return _onednn(x, weight, bias)
+                tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+                if self.compiled:
+                    if not tracked and not torch.is_autocast_enabled("cpu"):
+                        return _onednn(x, weight, bias, matrix=True)
+                elif _unobserved():
+                    return _Linear.apply(x, weight, bias) if tracked else _onednn(x, weight, bias)
         return func(*args, **kwargs)
 
 
@@ -168,8 +202,8 @@ def _applies(x: torch.Tensor) -> bool:
 
 @contextlib.contextmanager
 def linear_kernels(x: torch.Tensor) -> Iterator[None]:
-    """Around one forward pass on ``x``: float32 linear layers through oneDNN where that applies (module
-    docstring); otherwise nothing changes."""
+    """Around one forward pass on ``x`` (inference or training): float32 linear layers through oneDNN where
+    that applies (module docstring); otherwise nothing changes."""
     if not _applies(x):
         yield
         return

@@ -85,9 +85,9 @@ def frozen():
     traced = []
     original, chosen = linear_kernel._onednn, linear_kernel.ONEDNN_LINEAR
 
-    def spy(*args):
+    def spy(*args, **options):
         traced.append(torch.compiler.is_compiling())
-        return original(*args)
+        return original(*args, **options)
 
     linear_kernel._onednn, linear_kernel.ONEDNN_LINEAR = spy, True
     try:

@@ -1,6 +1,6 @@
-"""Float32 CPU inference runs linear layers through oneDNN where that is faster (swin.layers.linear_kernel):
-the outputs stay timm's, a user's wrapper and weight updates are seen, and it stays out of the way of
-autograd, autocast, tracing and anything that observes aten ops.
+"""Float32 CPU forward passes run linear layers through oneDNN where that is faster (swin.layers.linear_kernel):
+the outputs stay timm's and the gradients torch's, a user's wrapper and weight updates are seen, and it stays
+out of the way of autocast, tracing, activation checkpointing and anything that observes aten ops.
 
 Each test sets the choice (``ONEDNN_LINEAR``) instead of timing it, so they run the same on every machine, and
 counts the oneDNN calls, so that a path that silently stopped applying (or applied where it must not) fails.
@@ -31,9 +31,9 @@ def onednn(monkeypatch):
     calls = []
     original = linear_kernel._onednn
 
-    def spy(x, weight, bias):
+    def spy(x, weight, bias, **options):
         calls.append((tuple(x.shape), tuple(weight.shape)))
-        return original(x, weight, bias)
+        return original(x, weight, bias, **options)
 
     monkeypatch.setattr(linear_kernel, "_onednn", spy)
     return calls
@@ -88,15 +88,61 @@ def test_a_wrapper_runs_and_weight_updates_are_seen(onednn):
     assert (updated - expected).abs().max().item() <= 1e-4
 
 
+def _gradients(model: nn.Module, x: torch.Tensor, **step) -> dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    (out.float() ** 2).mean().backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_training_gradients_match_torchs(onednn, monkeypatch, checkpointing):
+    """A training step's gradients of every parameter, against the same model on F.linear's autograd (MKL).
+    With activation checkpointing the checkpointed blocks stay on F.linear (their recomputation runs outside
+    the pass and must save what the forward saved), the rest runs on oneDNN."""
+    model = _model(num_classes=10).train()
+    model.set_grad_checkpointing(checkpointing)
+    x = torch.randn(2, 3, 224, 224)
+    got = _gradients(model, x)
+    # forward, and backward for the input and the weight; with checkpointing only the three patch mergings
+    assert len(onednn) == 3 * (3 if checkpointing else LINEARS)
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
+    expected = _gradients(model, x)
+    assert got.keys() == expected.keys() and len(got) > 40
+    for name, grad in expected.items():
+        error = (got[name] - grad).abs().max().item() / max(grad.abs().max().item(), 1e-12)
+        assert error <= 1e-4, name
+
+
+def test_double_backward_matches_torchs(onednn, monkeypatch):
+    """A gradient penalty differentiates the backward again: the backward is made of oneDNN linears too."""
+    torch.manual_seed(0)
+    layer = nn.Linear(6, 5)
+    x = torch.randn(3, 4, 6, requires_grad=True)
+
+    def penalty() -> torch.Tensor:
+        with linear_kernel.linear_kernels(x):
+            y = layer(x).pow(2).sum()
+        (grad_x,) = torch.autograd.grad(y, x, create_graph=True)
+        return torch.autograd.grad(grad_x.pow(2).sum(), layer.weight)[0]
+
+    got = penalty()
+    assert len(onednn) > 3  # forward, its backward (x, weight), and the backward of that backward
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
+    expected = penalty()
+    assert (got - expected).abs().max().item() <= 1e-5 * expected.abs().max().item()
+
+
 @pytest.mark.parametrize(
     "setting",
-    ["grad", "autocast", "flop counter", "vmap", "jit trace", "compile", "bfloat16", "not chosen"],
+    ["saved tensor hooks", "autocast", "flop counter", "vmap", "jit trace", "compile", "bfloat16", "not chosen"],
 )
 def test_not_used_where_it_would_change_what_runs(onednn, monkeypatch, setting):
     model = _model(num_classes=10)
     x = torch.randn(1, 3, 224, 224)
-    if setting == "grad":  # oneDNN's op has no backward
-        model(x).sum().backward()
+    if setting == "saved tensor hooks":  # e.g. activation offloading, or a checkpoint around the whole model
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            model(x).sum().backward()
         assert model.head.weight.grad is not None
     elif setting == "autocast":  # autocast casts F.linear's inputs below the torch-function layer
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -215,3 +261,19 @@ def test_model_still_runs_a_linear_module_through_its_forward(onednn):
     with torch.no_grad():
         model(torch.randn(1, 3, 224, 224))
     assert block.mlp.fc2.calls == 1 and len(onednn) == LINEARS
+
+
+def test_in_place_ops_on_the_output_under_autograd(onednn):
+    """Swin V2's position-bias MLP applies ReLU in place to a linear layer's output: allowed, as on F.linear
+    (autograd forbids it on a view made inside a custom Function)."""
+    torch.manual_seed(0)
+    layers = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 2))
+    x = torch.randn(5, 3, 4)
+    with linear_kernel.linear_kernels(x):
+        layers(x).sum().backward()
+    got = [p.grad.clone() for p in layers.parameters()]
+    assert len(onednn) == 2 * 3 - 1  # two forwards, two weight gradients, one input gradient (x needs none)
+    layers.zero_grad()
+    layers(x).sum().backward()
+    for grad, p in zip(got, layers.parameters(), strict=True):
+        assert (grad - p.grad).abs().max().item() <= TOLERANCE
