@@ -17,7 +17,7 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
 - :func:`window_sdpa`: the attention kernel call for windows, eager or traced: SDPA's fused kernel, or on CPU
   in bf16/fp16 two matmuls and a softmax (faster there at 49-token windows, see ``_matmul_attention_pays``).
 - :func:`swin.layers.linear_kernel.linear_kernels` (its own module, entered beside :func:`image_chunks` in the
-  trunk's forward): which GEMM library runs float32 linear layers in CPU inference, MKL's (ATen's default) or
+  trunk's forward): which GEMM library runs float32 linear layers on CPU, MKL's (ATen's default) or
   oneDNN's, whichever a timing on the machine found faster; every call still goes through the module's
   ``forward`` with its current weights.
 """

@@ -104,7 +104,8 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, ma
 
 class _Linear(torch.autograd.Function):
     """oneDNN's linear with a backward made of oneDNN linears (so that it is differentiable again: a gradient
-    penalty's double backward works as with F.linear)."""
+    penalty's double backward works as with F.linear). Saves what F.linear saves: the input only when the
+    weight needs a gradient, the weight only when the input does."""
 
     @staticmethod
     def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -113,7 +114,8 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
         x, weight, bias = inputs
-        ctx.save_for_backward(x, weight)
+        needs_x, needs_weight = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if needs_weight else None, weight if needs_x else None)
         ctx.has_bias = bias is not None
 
     @staticmethod
@@ -121,11 +123,15 @@ class _Linear(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         grad = grad.contiguous()  # e.g. the stride-0 gradient of a mean
         rows = grad.reshape(-1, grad.shape[-1])
+        # The backward runs later, outside the pass: where something now observes aten ops (a FLOP counter
+        # around the backward alone) or oneDNN was turned off, F.linear's own backward ops instead.
+        onednn = torch.backends.mkldnn.enabled and torch._C._len_torch_dispatch_stack() == 0
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_x = _Linear.apply(grad, weight.t(), None)  # grad @ weight
+            grad_x = _Linear.apply(grad, weight.t(), None) if onednn else grad.matmul(weight)
         if ctx.needs_input_grad[1]:
-            grad_weight = _Linear.apply(rows.t(), x.reshape(-1, x.shape[-1]).t(), None)  # grad^T @ x
+            inputs = x.reshape(-1, x.shape[-1])
+            grad_weight = _Linear.apply(rows.t(), inputs.t(), None) if onednn else rows.t().mm(inputs)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = rows.sum(0)
         return grad_x, grad_weight, grad_bias
@@ -175,6 +181,7 @@ class _OneDNNLinear(TorchFunctionMode):
                 and weight.dim() == 2
                 and x.shape[-1] == weight.shape[1]
                 and x.numel() > 0
+                and weight.shape[0] > 0
                 and (bias is None or (tuple(bias.shape) == (weight.shape[0],) and bias.is_contiguous()))
                 and _eligible(x)
                 and _eligible(weight)

@@ -129,8 +129,8 @@ class SwinTrunk(nn.Module):
     def forward_stages(self, x: torch.Tensor, run) -> object:
         """``run(x)`` for a batch of images, run as :func:`swin.layers.execution.image_chunks` decides (in
         pieces of a few images in CPU inference, else at once): the one place where the trunk's forward is
-        split, always through the modules' own ``forward``, with float32 CPU inference's linear layers on the
-        faster GEMM library (:func:`swin.layers.linear_kernel.linear_kernels`)."""
+        split, always through the modules' own ``forward``, with float32 linear layers on CPU on the faster
+        GEMM library (:func:`swin.layers.linear_kernel.linear_kernels`)."""
         self.check_input(x)
         with linear_kernels(x):
             return run_in_image_chunks(run, x, image_chunks(self, x, lambda: self._image_bytes(x)))

@@ -133,6 +133,48 @@ def test_double_backward_matches_torchs(onednn, monkeypatch):
     assert (got - expected).abs().max().item() <= 1e-5 * expected.abs().max().item()
 
 
+def test_frozen_weights_save_what_f_linear_saves(onednn, monkeypatch):
+    """Bias-only or adapter tuning: with the weight frozen its input is not saved for backward, so changing
+    that input in place after the forward is as legal as with F.linear, and the bias gets torch's gradient."""
+    torch.manual_seed(0)
+    layer = nn.Linear(6, 5).requires_grad_(False)
+    layer.bias.requires_grad_(True)
+
+    def step() -> torch.Tensor:
+        h = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
+        with linear_kernel.linear_kernels(h):
+            y = layer(h)
+        h.add_(1.0)  # the input changes after the forward: nothing of it was needed
+        layer.bias.grad = None
+        (y**2).sum().backward()
+        return layer.bias.grad
+
+    got = step()
+    assert len(onednn) == 1
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
+    assert (got - step()).abs().max().item() <= TOLERANCE
+
+
+def test_backward_under_a_flop_counter_counts_torchs_ops(onednn):
+    """The backward runs later, outside the pass: a FLOP counter around it alone sees aten's matmuls."""
+    layer = nn.Linear(6, 5)
+    x = torch.randn(4, 6, requires_grad=True)
+    with linear_kernel.linear_kernels(x):
+        y = layer(x)
+    with FlopCounterMode(display=False) as counter:
+        y.sum().backward()
+    assert len(onednn) == 1 and counter.get_total_flops() == 2 * (2 * 4 * 6 * 5)  # grad of x and of weight
+
+
+def test_zero_width_layer(onednn):
+    layer = nn.Linear(6, 0)
+    x = torch.randn(4, 6, requires_grad=True)
+    with linear_kernel.linear_kernels(x):
+        y = layer(x)
+    (y.sum() + x.sum()).backward()
+    assert y.shape == (4, 0) and onednn == []
+
+
 @pytest.mark.parametrize(
     "setting",
     ["saved tensor hooks", "autocast", "flop counter", "vmap", "jit trace", "compile", "bfloat16", "not chosen"],
