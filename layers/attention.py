@@ -32,14 +32,15 @@ class WindowAttentionBase(nn.Module):
     def position_bias(self) -> torch.Tensor:
         raise NotImplementedError
 
-    def attention_bias(self, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-        """Position bias plus shift mask as one additive tensor in ``dtype``, as :func:`window_sdpa` takes
-        it: (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one."""
+    def attention_bias(self, mask: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor:
+        """Position bias plus shift mask as one additive tensor in ``dtype`` (None: as computed, the
+        parameters' dtype), as :func:`window_sdpa` takes it: (1, heads, N, N) without a mask,
+        (1, nW*heads, N, N) with one."""
         bias = self.position_bias().unsqueeze(0)  # 1, heads, N, N
         if mask is not None:
             n = mask.shape[-1]
             bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
-        return bias.to(dtype)
+        return bias if dtype is None else bias.to(dtype)
 
     def macs(self, tokens: int) -> int:
         """Multiply-accumulates for one window of ``tokens`` tokens, as the official ``flops(N)`` (V2's too,
@@ -92,6 +93,6 @@ class WindowAttention(WindowAttentionBase):
         heads = self.num_heads
         qkv = self.qkv(x).view(batch, windows, n, 3, heads, channels // heads).permute(3, 0, 1, 4, 2, 5)
         q, k, v = qkv.unbind(0)  # each B, nW, heads, N, d
-        bias = self.attention_bias(mask, qkv.dtype)
+        bias = self.attention_bias(mask, None)  # window_sdpa casts it as its kernel needs
         out = window_sdpa(q, k, v, bias, mask is not None, self.attn_drop if self.training else 0.0)
         return self.proj_drop(self.proj(out))

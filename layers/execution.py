@@ -118,7 +118,12 @@ def window_sdpa(
     traced = torch.compiler.is_compiling()
     careful = traced and (torch.compiler.is_exporting() or not all(type(size) is int for size in q.shape))
     if not careful and scale is None and _matmul_attention_pays(q):
+        # Under autocast the bias keeps its float32 and the scores, softmax and its backward follow, as in
+        # timm's and torchvision's attention under autocast (their float32 bias promotes the scores too).
+        if not torch.is_autocast_enabled(q.device.type):
+            bias = bias.to(q.dtype)
         return _matmul_attention(q, k, v, bias.reshape(1, windows if masked else 1, heads, n, n), dropout)
+    bias = bias.to(q.dtype)
     if careful:
         q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
     if not masked or (not careful and batch == 1):
@@ -151,8 +156,9 @@ def _matmul_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, dropout: float
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + bias) v for (B, nW, heads, N, d) q, k, v and a (1, nW or 1, heads, N, N) bias,
-    as (B, nW, N, heads*d); ``dropout`` on the attention probabilities (training). The scores are rounded to
-    q's dtype, as timm's and torchvision's unfused attention do."""
+    as (B, nW, N, heads*d); ``dropout`` on the attention probabilities (training). The scores are in the bias's
+    dtype when it is wider than q's (float32 under autocast), else rounded to q's, as timm's and torchvision's
+    unfused attention do."""
     batch, windows, heads, n, head_dim = q.shape
     scores = (q * head_dim**-0.5) @ k.transpose(-2, -1) + bias
     probs = scores.softmax(-1)
