@@ -30,14 +30,27 @@ def parity_depths(name: str) -> dict:
     return {} if FULL_PARITY or "_t" in name else {"depths": (2, 2, 2, 2)}
 
 
-def timm_pair(name: str, depths: tuple[int, ...] | None = None, shape: dict | None = None, **timm_kwargs):
+def timm_pair(
+    name: str,
+    depths: tuple[int, ...] | None = None,
+    shape: dict | None = None,
+    position_bias_std: float | None = None,
+    **timm_kwargs,
+):
     """A randomly initialised timm model and ours carrying its weights, both in eval mode (both built with
-    ``depths`` and the arguments in ``shape`` when given; ``timm_kwargs`` for timm's alone)."""
+    ``depths`` and the arguments in ``shape`` when given; ``timm_kwargs`` for timm's alone).
+    ``position_bias_std``: the position-bias tables drawn with this std instead (at their initial 0.02 the
+    bias hardly changes the logits, so a test that must notice it being wrong draws them larger)."""
     import timm
 
     torch.manual_seed(0)
     shape = {**(shape or {}), **({} if depths is None else {"depths": depths})}
     reference = timm.create_model(TIMM_NAMES[name], **shape, **timm_kwargs).eval()
+    if position_bias_std is not None:
+        with torch.no_grad():
+            for parameter_name, table in reference.named_parameters():
+                if parameter_name.endswith("relative_position_bias_table"):
+                    table.normal_(0, position_bias_std)
     ours = swin.create_model(name, **shape).eval()
     ours.load_state_dict(convert(reference.state_dict(), source="timm"))
     return reference, ours

@@ -65,12 +65,7 @@ def test_under_bf16_autocast_matches_timm_under_autocast():
     rounded the scores to bf16). Per-token logits at 112 pixels, with a shifted block and position biases
     large enough to matter."""
     shape = {"depths": (2, 2), "num_heads": (3, 6), "global_pool": "", "num_classes": 16}
-    reference, ours = timm_pair("swin_t", shape=shape, img_size=112)
-    with torch.no_grad():
-        for name, table in reference.named_parameters():
-            if name.endswith("relative_position_bias_table"):
-                table.normal_(0, 5)
-    ours.load_state_dict(convert(reference.state_dict(), source="timm"))
+    reference, ours = timm_pair("swin_t", shape=shape, position_bias_std=5.0, img_size=112)
     x = torch.randn(2, 3, 112, 112)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = reference(x).permute(0, 3, 1, 2).float()  # timm keeps per-token logits NHWC
