@@ -29,7 +29,6 @@ is the same float32 math and nothing observes the ops below ``F.linear``:
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 import time
@@ -54,12 +53,14 @@ _PLAIN = (torch.Tensor, nn.Parameter)
 
 
 _PROBE_LOCK = threading.Lock()
+# thread count -> whether oneDNN was the faster there (timed once per process and thread count)
+_MEASURED: dict[int, bool] = {}
 
 
-@functools.cache
-def _measured(threads: int) -> bool:
+def _measure() -> bool:
     # Its own generator, float32 CPU tensors whatever the defaults, and no torch-function modes of the
-    # caller's (which would see these calls): the probe leaves no trace in the user's program.
+    # caller's (which would see these calls; dispatch modes: never timed under one): the probe leaves no
+    # trace in the user's program.
     generator = torch.Generator().manual_seed(0)
     aten = onednn = 0.0
     with torch.no_grad(), torch._C.DisableTorchFunction():
@@ -79,17 +80,46 @@ def _measured(threads: int) -> bool:
     return onednn <= _PAYS_BELOW * aten
 
 
+def _introspection_available() -> bool:
+    """The private torch functions that tell whether anything observes the ops (checked against torch 2.14);
+    a torch without one of them gets F.linear everywhere instead of an error in every forward."""
+    try:
+        return all(
+            callable(f)
+            for f in (
+                torch._C._get_tracing_state,
+                torch._C._functorch.peek_interpreter_stack,
+                torch._C._len_torch_dispatch_stack,
+                torch._C._len_torch_function_stack,
+                torch._C._autograd._top_saved_tensors_default_hooks,
+                torch.ops.mkldnn._linear_pointwise,
+            )
+        ) and isinstance(torch.autograd.forward_ad._current_level, int)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_INTROSPECTION = _introspection_available()
+
+
 def onednn_pays() -> bool:
     """Whether float32 linear layers run through oneDNN on CPU: never where oneDNN is missing or
-    turned off (``torch.backends.mkldnn.flags(enabled=False)``); else :data:`ONEDNN_LINEAR` when set, else
-    timed on this machine at the current thread count (once per process and thread count, ~50 ms)."""
-    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+    turned off (``torch.backends.mkldnn.flags(enabled=False)``), or where this torch lacks what the checks
+    use; else :data:`ONEDNN_LINEAR` when set, else timed on this machine at the current thread count (once per
+    process and thread count, ~50 ms)."""
+    if not (_INTROSPECTION and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
         return False
     if ONEDNN_LINEAR is not None:
         return ONEDNN_LINEAR
     threads = torch.get_num_threads()
+    if threads in _MEASURED:
+        return _MEASURED[threads]
+    if torch._C._len_torch_dispatch_stack() or torch.compiler.is_compiling():
+        return False  # not timed where a FLOP counter or a tracer would see the probe; asked again later
     with _PROBE_LOCK:  # two threads' first calls would time each other
-        return _measured(threads)
+        if threads not in _MEASURED:
+            _MEASURED[threads] = _measure()
+    return _MEASURED[threads]
 
 
 def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, matrix: bool = False) -> torch.Tensor:
@@ -199,7 +229,8 @@ class _OneDNNLinear(TorchFunctionMode):
 def _applies(x: torch.Tensor) -> bool:
     # A torch-function mode of the user's would sit below ours and never see F.linear: none may be active.
     return (
-        x.device.type == "cpu"
+        _INTROSPECTION
+        and x.device.type == "cpu"
         and x.dtype == torch.float32
         and _unobserved()
         and torch._C._len_torch_function_stack() == 0
