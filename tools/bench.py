@@ -42,7 +42,7 @@ class Result:
 
 def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 1024, rounds: int = 5, device: str = "cpu") -> float:
     """FLOP/s of a square matmul on this machine (median of rounds): the rate the floor is computed at. On CPU
-    the faster of ATen's matmul (MKL's sgemm in float32) and oneDNN's, which ours runs float32 inference on
+    the faster of ATen's matmul (MKL's sgemm in float32) and oneDNN's, which ours runs float32 linear layers on
     where it is faster (swin.layers.linear_kernel): a floor at the slower library's rate would not be one."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
