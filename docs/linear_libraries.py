@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
-import torch.nn.functional as F
 
 from swin.layers import linear_kernel
 from swin.tools.machine import describe, machine_info
@@ -20,12 +18,6 @@ from swin.tools.machine import describe, machine_info
 # swin_t: tokens per image 3136, 784, 196, 49 at C = 96, 192, 384, 768; per block qkv C->3C, proj C->C,
 # fc1 C->4C, fc2 4C->C.
 STAGES = ((3136, 96), (784, 192), (196, 384), (49, 768))
-
-
-def _once(run, *args) -> float:
-    start = time.perf_counter()
-    run(*args)
-    return time.perf_counter() - start
 
 
 def main(rounds: int = 7) -> None:
@@ -40,11 +32,8 @@ def main(rounds: int = 7) -> None:
                 for layer, (d_in, d_out) in {"qkv": (c, 3 * c), "fc1": (c, 4 * c), "fc2": (4 * c, c)}.items():
                     m = images * tokens
                     x, w, b = torch.randn(m, d_in), torch.randn(d_out, d_in), torch.randn(d_out)
-                    times = {"aten": [], "onednn": []}
-                    for _ in range(rounds + 1):  # interleaved; the first round is a warm-up
-                        times["aten"].append(_once(F.linear, x, w, b))
-                        times["onednn"].append(_once(linear_kernel._onednn, x, w, b))
-                    rate = {k: 2 * m * d_in * d_out / statistics.median(v[1:]) / 1e9 for k, v in times.items()}
+                    times = linear_kernel.library_times(x, w, b, rounds)
+                    rate = {k: 2 * m * d_in * d_out / statistics.median(v) / 1e9 for k, v in times.items()}
                     print(
                         f"| {images} | {stage} | {layer} | {m} x {d_in} -> {d_out} | {rate['aten']:.0f} | "
                         f"{rate['onednn']:.0f} | {rate['onednn'] / rate['aten']:.2f}x |"

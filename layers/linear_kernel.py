@@ -69,15 +69,22 @@ def _measure() -> bool:
                 torch.randn(*shape, generator=generator, dtype=torch.float32, device="cpu")
                 for shape in ((tokens, d_in), (d_out, d_in), (d_out,))
             )
-            runs = {"aten": [], "onednn": []}
-            for _ in range(4):  # interleaved; the first round warms both up and is dropped
-                for name, run in (("aten", F.linear), ("onednn", _onednn)):
-                    start = time.perf_counter()
-                    run(x, w, b)
-                    runs[name].append(time.perf_counter() - start)
-            aten += min(runs["aten"][1:])
-            onednn += min(runs["onednn"][1:])
+            runs = library_times(x, w, b, rounds=3)
+            aten += min(runs["aten"])
+            onednn += min(runs["onednn"])
     return onednn <= _PAYS_BELOW * aten
+
+
+def library_times(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rounds: int) -> dict[str, list[float]]:
+    """Seconds of ``F.linear`` (ATen: MKL in float32) and of oneDNN's linear on the same arguments, ``rounds``
+    times each, interleaved, after one warm-up round of both (the probe and docs/linear_libraries.py)."""
+    times: dict[str, list[float]] = {"aten": [], "onednn": []}
+    for _ in range(rounds + 1):
+        for name, run in (("aten", F.linear), ("onednn", _onednn)):
+            start = time.perf_counter()
+            run(x, weight, bias)
+            times[name].append(time.perf_counter() - start)
+    return {name: t[1:] for name, t in times.items()}
 
 
 def _introspection_available() -> bool:

@@ -88,7 +88,7 @@ def test_a_wrapper_runs_and_weight_updates_are_seen(onednn):
     assert (updated - expected).abs().max().item() <= 1e-4
 
 
-def _gradients(model: nn.Module, x: torch.Tensor, **step) -> dict[str, torch.Tensor]:
+def _gradients(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
     model.zero_grad(set_to_none=True)
     out = model(x)
     (out.float() ** 2).mean().backward()
