@@ -22,6 +22,14 @@ What it does, in order of what pays:
   and SDPA in attention; the plans built in the graph when height or width changed): for the fastest graph,
   one input shape per optimized model.
 
+Not done here, because it is the whole process's choice: with glibc's malloc (Linux), the memory a call at
+batch 8 or at detection sizes frees goes back to the OS and the next call faults it in again page by page,
+a large share of such a call on the machine of docs/PERFORMANCE.md ("memory handed back between calls"),
+eager and compiled, ours and the peers alike. Starting Python with ``MALLOC_MMAP_THRESHOLD_=1000000000
+MALLOC_TRIM_THRESHOLD_=1000000000`` (both: setting one turns off glibc's adjustment of the other, and the
+mmap threshold left at 128 KiB maps every large buffer afresh) or with jemalloc or tcmalloc preloaded keeps it
+in the process; ``swin bench`` names the allocator it ran with and counts page faults per call.
+
 Freezing copies the weights into the compiled graph, so the compiled graph would go stale when they change.
 :class:`OptimizedModel` compares every parameter's and buffer's identity, storage and version counter before
 each call and compiles again after any change (an optimizer step, ``load_state_dict``, ``copy_``, ``.to()``).
@@ -103,11 +111,18 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtyp
 
 
 def _state_signature(model: nn.Module) -> tuple:
-    """What freezing depends on: each parameter's and buffer's identity, storage, version, dtype and device."""
-    tensors = [*model.parameters(), *model.buffers()]
+    """What freezing depends on: each parameter's and buffer's identity, storage, version, dtype and device.
+    Checked before every call, so one walk over the modules' own tables (a shared tensor is listed once per
+    module holding it) rather than ``parameters()`` and ``buffers()``, which walk twice and deduplicate."""
     # (inference tensors, made under torch.inference_mode, have no version counter and cannot be changed in place
     # outside it)
-    return tuple((id(t), t.data_ptr(), -1 if t.is_inference() else t._version, t.dtype, t.device) for t in tensors)
+    return tuple(
+        (id(t), t.data_ptr(), -1 if t.is_inference() else t._version, t.dtype, t.device)
+        for module in model.modules()
+        for table in (module._parameters, module._buffers)
+        for t in table.values()
+        if t is not None
+    )
 
 
 def _compilable(model: nn.Module) -> bool:

@@ -207,3 +207,31 @@ def test_backbone_levels_come_back_in_the_callers_dtype():
     for level, want in zip(levels, expected, strict=True):
         assert level.dtype == torch.float32 and level.shape == want.shape
         assert relative_error(level, want) <= 2e-2
+
+
+def test_weight_signature_sees_every_kind_of_change():
+    """What decides a rebuild of the frozen graph, checked before every call: in-place updates, a replaced
+    parameter or buffer (``load_state_dict(assign=True)``, a user's assignment), ``.data`` replaced, a dtype
+    change; nothing else."""
+    from swin.optimized import _state_signature
+
+    model = swin.create_model("swin_t", depths=(2,), num_heads=(3,)).eval()
+    block = model.layers[0].blocks[0]
+    signature = _state_signature(model)
+    assert _state_signature(model) == signature
+    assert len(signature) >= len(list(model.parameters())) + len(list(model.buffers()))
+    changes = [
+        lambda: block.mlp.fc1.weight.add_(0.0),  # in place: the version counter moves, the values need not
+        lambda: setattr(block.mlp.fc2, "bias", torch.nn.Parameter(block.mlp.fc2.bias.detach().clone())),
+        lambda: setattr(block.norm1.weight, "data", block.norm1.weight.detach().clone()),
+        lambda: model.head.to(torch.float64),
+    ]
+    name, buffer = next(iter(block.attn.named_buffers(recurse=False)), (None, None))
+    if buffer is not None:
+        changes.append(lambda: block.attn.register_buffer(name, buffer.clone(), persistent=False))
+    for change in changes:
+        with torch.no_grad():
+            change()
+        now = _state_signature(model)
+        assert now != signature
+        signature = now

@@ -38,6 +38,7 @@ class Result:
     case: str
     times: dict[str, float] = field(default_factory=dict)  # median seconds per implementation
     extra: dict[str, float] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)  # median minor page faults per call
 
 
 def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 1024, rounds: int = 5, device: str = "cpu") -> float:
@@ -197,12 +198,17 @@ def run_case(
             first_calls[name] = result_first
         for _ in range(warmup - 1):
             run(x)
+    faults: dict[str, list[int]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, run in runners.items():
+            before = _page_faults()
             start = time.perf_counter()
             run(x)
             samples[name].append(time.perf_counter() - start)
+            faults[name].append(_page_faults() - before)
     result = Result(case.name, {name: statistics.median(values) for name, values in samples.items()})
+    if _page_faults() >= 0:
+        result.faults = {name: int(statistics.median(values)) for name, values in faults.items()}
     result.extra.update({f"first call s: {name}": seconds for name, seconds in first_calls.items()})
     if "ours-optimized" in impls and case.kind == "eval":
         with torch.inference_mode():
@@ -215,6 +221,17 @@ def run_case(
                 low = impls["ours"](x)
         result.extra["relative_error"] = _relative_error(low, reference)
     return result
+
+
+def _page_faults() -> int:
+    """Minor page faults of this process so far (-1 where ``resource`` is missing, as on Windows): a call that
+    takes back memory the allocator handed to the OS after the previous one faults once per 4 KiB page
+    (docs/PERFORMANCE.md, "memory handed back between calls")."""
+    try:
+        import resource
+    except ImportError:
+        return -1
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
@@ -371,6 +388,8 @@ def cmd_bench(args) -> int:
                 fast_floor = 2 * macs / rate[str(fastest_dtype(args.device)).split(".")[-1]]
                 row["optimized_over_floor"] = round(result.times["ours-optimized"] / fast_floor, 2)
         row.update({k: float(f"{v:.3g}") for k, v in result.extra.items()})
+        if result.faults:
+            row["page_faults"] = result.faults
         rows.append(row)
         print(_format_row(row), file=sys.stderr)
     if args.format == "json":
@@ -399,7 +418,9 @@ def _format_row(row: dict) -> str:
         error += f"; ours optimized against ours eager: relative error {row['optimized_relative_error']}"
     firsts = ", ".join(f"{k.removeprefix('first call s: ')} {v:.2f} s" for k, v in row.items() if k.startswith("first"))
     firsts = f"; first call (compiles): {firsts}" if firsts else ""
-    return f"  {row['case']}: {times}{error}{firsts}"
+    faults = ", ".join(f"{k} {v}" for k, v in row.get("page_faults", {}).items())
+    faults = f"; page faults per call: {faults}" if faults else ""
+    return f"  {row['case']}: {times}{error}{firsts}{faults}"
 
 
 # Optional columns: (implementation whose time is shown, ratio key, header).

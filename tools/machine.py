@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import os
+import platform
 from typing import Any
 
 import torch
 
-__all__ = ["describe", "machine_info"]
+__all__ = ["allocator", "describe", "machine_info"]
 
 
 def _version(package: str) -> str:
@@ -19,14 +21,39 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+# glibc reads these when the process starts; GLIBC_TUNABLES can set the same (glibc.malloc.*).
+_GLIBC_MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX")
+
+
+def allocator() -> str:
+    """The C allocator under torch's CPU tensors and the settings it runs with. A timing depends on it: with glibc's
+    defaults, memory freed at the end of a call at batch 8 goes back to the OS and the next call takes it again,
+    page by page (docs/PERFORMANCE.md, "memory handed back between calls")."""
+    try:
+        with open("/proc/self/maps") as maps:
+            loaded = maps.read()
+    except OSError:
+        loaded = ""
+    for name in ("jemalloc", "tcmalloc", "mimalloc"):
+        if f"lib{name}" in loaded:
+            return name
+    libc, version = platform.libc_ver()
+    if libc != "glibc":
+        return libc or "unknown"
+    settings = [f"{key}={os.environ[key]}" for key in _GLIBC_MALLOC_ENV if key in os.environ]
+    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]
+    return f"glibc {version} malloc ({', '.join(settings + tunables) or 'default thresholds'})"
+
+
 def machine_info(device: str = "cpu") -> dict[str, Any]:
-    """CPU (name, instruction sets, bf16 hardware), threads, the GPU when ``device`` is CUDA, library versions,
-    and the UTC date and time."""
+    """CPU (name, instruction sets, bf16 hardware), threads, the C allocator, the GPU when ``device`` is CUDA,
+    library versions, and the UTC date and time."""
     from swin.optimized import cpu_features
 
     info: dict[str, Any] = {
         "cpu": cpu_features(),
         "threads": torch.get_num_threads(),
+        "allocator": allocator(),
         "torch": torch.__version__,
         "timm": _version("timm"),
         "torchvision": _version("torchvision"),
@@ -38,7 +65,8 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
 
 
 def describe(info: dict[str, Any]) -> str:
-    """One line: ``AMD EPYC (AVX2; AVX-512 no, AVX512-BF16 no, AMX-BF16 no), 2 threads, torch ..., date``."""
+    """One line: ``AMD EPYC (AVX2; AVX-512 no, AVX512-BF16 no, AMX-BF16 no), 2 threads, glibc 2.36 malloc
+    (default thresholds); torch ..., date``."""
     cpu = info["cpu"]
 
     def yes(flag: str) -> str:
@@ -46,7 +74,7 @@ def describe(info: dict[str, Any]) -> str:
 
     line = (
         f"{cpu['name']} (kernels {cpu['isa']}; AVX-512 {yes('avx512')}, AVX512-BF16 {yes('avx512_bf16')}, "
-        f"AMX-BF16 {yes('amx_bf16')}), {info['threads']} threads"
+        f"AMX-BF16 {yes('amx_bf16')}), {info['threads']} threads, {info['allocator']}"
     )
     if "gpu" in info:
         line += f", GPU {info['gpu']}"

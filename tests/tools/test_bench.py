@@ -53,6 +53,25 @@ def test_run_case_reports_a_median_per_implementation():
     result = bench.run_case(case, rounds=1, warmup=0)
     assert set(result.times) == {"ours", "timm", "timm-fused", "torchvision"}
     assert all(t > 0 for t in result.times.values())
+    assert set(result.faults) == set(result.times) and all(f >= 0 for f in result.faults.values())
+    line = bench._format_row({"case": "c", "ms": {}, "page_faults": result.faults})
+    assert f"page faults per call: torchvision {result.faults['torchvision']}, ours {result.faults['ours']}" in line
+
+
+def test_page_faults_counts_fresh_pages():
+    """The counter against the kernel: writing once into each page of a fresh anonymous mapping faults once
+    per page."""
+    import mmap
+
+    if bench._page_faults() < 0:
+        pytest.skip("no resource module here")
+    pages = 2048
+    with mmap.mmap(-1, pages * mmap.PAGESIZE) as memory:
+        before = bench._page_faults()
+        for page in range(pages):
+            memory[page * mmap.PAGESIZE] = 1
+        faults = bench._page_faults() - before
+    assert pages <= faults < 2 * pages
 
 
 def test_table_lists_ratios():
@@ -137,3 +156,25 @@ def test_bench_refuses_options_that_would_be_ignored(capsys):
     assert "--batch sets the batch of a --model case" in capsys.readouterr().err
     assert main(["bench", "--model", "swin_t", "--ways", "auto", "--compile"]) != 0
     assert "leave out --compile" in capsys.readouterr().err
+
+
+def test_allocator_is_named_with_its_settings(monkeypatch):
+    import platform
+
+    from swin.tools.machine import allocator, describe, machine_info
+
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "123")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=512:glibc.malloc.mmap_threshold=456")
+    name = allocator()
+    assert name in describe(machine_info())
+    with open("/proc/self/maps") as maps:
+        preloaded = any(f"lib{lib}" in maps.read() for lib in ("jemalloc", "tcmalloc", "mimalloc"))
+    if platform.libc_ver()[0] == "glibc" and not preloaded:
+        assert name.startswith(f"glibc {platform.libc_ver()[1]} malloc (")
+        assert "MALLOC_TRIM_THRESHOLD_=123" in name and "glibc.malloc.mmap_threshold=456" in name
+        assert "rtld" not in name and "default" not in name
+        monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+        monkeypatch.delenv("GLIBC_TUNABLES")
+        for key in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX"):
+            monkeypatch.delenv(key, raising=False)
+        assert allocator().endswith("(default thresholds)")
