@@ -23,12 +23,12 @@ What it does, in order of what pays:
   one input shape per optimized model.
 
 Not done here, because it is the whole process's choice: with glibc's malloc (Linux), the memory a call at
-batch 8 or at detection sizes frees goes back to the OS and the next call faults it in again page by page,
-a large share of such a call on the machine of docs/PERFORMANCE.md ("memory handed back between calls"),
-eager and compiled, ours and the peers alike. Starting Python with ``MALLOC_MMAP_THRESHOLD_=1000000000
-MALLOC_TRIM_THRESHOLD_=1000000000`` (both: setting one turns off glibc's adjustment of the other, and the
-mmap threshold left at 128 KiB maps every large buffer afresh) or with jemalloc or tcmalloc preloaded keeps it
-in the process; ``swin bench`` names the allocator it ran with and counts page faults per call.
+batch 8 or at detection sizes frees can go back to the OS, and later calls fault it in again page by page,
+eager and compiled, ours and the peers alike (docs/PERFORMANCE.md, "memory handed back between calls").
+Starting Python with ``MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000`` (both: setting
+one turns off glibc's adjustment of the other; a glibc that caps the mmap threshold at 32 MiB needs
+``33554432``) or with jemalloc or tcmalloc preloaded keeps it in the process; ``swin bench`` names the
+allocator it started with and counts page faults per call.
 
 Freezing copies the weights into the compiled graph, so the compiled graph would go stale when they change.
 :class:`OptimizedModel` compares every parameter's and buffer's identity, storage and version counter before

@@ -21,14 +21,33 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-# glibc reads these when the process starts; GLIBC_TUNABLES can set the same (glibc.malloc.*).
-_GLIBC_MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX")
+# glibc reads these once, when the process starts (setting any of the first four turns off its adjustment of the
+# thresholds); GLIBC_TUNABLES can set the same (glibc.malloc.*).
+_GLIBC_MALLOC_ENV = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_ARENA_MAX",
+)
+
+
+def _startup_environment() -> dict[str, str]:
+    """The environment the process started with (what the C library read), where Linux shows it; else now's."""
+    try:
+        with open("/proc/self/environ", "rb") as environ:
+            entries = environ.read().split(b"\0")
+    except OSError:
+        return dict(os.environ)
+    pairs = (entry.decode(errors="replace").partition("=") for entry in entries if b"=" in entry)
+    return {key: value for key, _, value in pairs}
 
 
 def allocator() -> str:
-    """The C allocator under torch's CPU tensors and the settings it runs with. A timing depends on it: with glibc's
-    defaults, memory freed at the end of a call at batch 8 goes back to the OS and the next call takes it again,
-    page by page (docs/PERFORMANCE.md, "memory handed back between calls")."""
+    """The C allocator under torch's CPU tensors and the settings it started with. A timing depends on it: with
+    glibc's defaults, memory freed at the end of a call at batch 8 goes back to the OS and the next call takes it
+    again, page by page (docs/PERFORMANCE.md, "memory handed back between calls"). jemalloc, tcmalloc or mimalloc
+    when one is loaded into the process (preloaded, as is usual)."""
     try:
         with open("/proc/self/maps") as maps:
             loaded = maps.read()
@@ -40,7 +59,9 @@ def allocator() -> str:
     libc, version = platform.libc_ver()
     if libc != "glibc":
         return libc or "unknown"
-    settings = [f"{key}={os.environ[key]}" for key in _GLIBC_MALLOC_ENV if key in os.environ]
+    environment = _startup_environment()
+    settings = [f"{key}={environment[key]}" for key in _GLIBC_MALLOC_ENV if key in environment]
+    # (GLIBC_TUNABLES from os.environ: glibc edits the start-up copy as it parses it)
     tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]
     return f"glibc {version} malloc ({', '.join(settings + tunables) or 'default thresholds'})"
 
