@@ -10,7 +10,8 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
   runs on slices of the batch, each small enough that no intermediate passes :data:`CHUNK_BYTES`, and the
   outputs are the same ops on the same rows. Used only in evaluation without autograd (under autograd each
   piece would be saved for backward anyway), on CPU (CUDA's caching allocator has no such cost), without
-  autocast, untraced, when no submodule has forward hooks (a hook must see the whole batch once, and FLOP
+  autocast, untraced (neither compiled nor ``torch.jit.trace``), with every submodule in eval mode, when no
+  submodule has forward hooks (a hook must see the whole batch once, and FLOP
   counters attribute work through hooks), and when every submodule is one of ours or torch's own layers: a
   module of the user's may depend on the whole batch (dynamic quantization takes each call's activation
   range), so a model holding one runs the batch at once. What it gains: ``swin bench --unchunked``.
@@ -44,14 +45,17 @@ def image_chunks(model: torch.nn.Module, x: torch.Tensor, bytes_per_image: Calla
     """How many images of ``x`` one piece of ``model``'s forward takes, or None for the whole batch at once:
     pieces only where chunked inference applies (see the module docstring) and one image's largest
     intermediate, ``bytes_per_image()``, times the batch would pass :data:`CHUNK_BYTES`."""
-    # Traced first: with symbolic sizes every comparison below would add a guard to the graph.
-    if torch.compiler.is_compiling() or not ENABLED:
+    # Traced first: with symbolic sizes every comparison below would add a guard to the graph, and
+    # torch.jit.trace would record the pieces of this batch size as the graph for every batch size.
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or not ENABLED:
         return None
     if model.training or torch.is_grad_enabled() or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return None
     batch = x.shape[0]
     if batch < 2 or not plain(model):
         return None
+    if any(module.training for module in model.modules()):
+        return None  # a submodule left in training mode may use batch statistics (BatchNorm) or draw dropout
     per_chunk = max(1, CHUNK_BYTES // max(1, bytes_per_image()))
     if per_chunk >= batch:
         return None
@@ -116,7 +120,10 @@ def window_sdpa(
     """
     batch, windows, heads, n, head_dim = q.shape
     traced = torch.compiler.is_compiling()
-    careful = traced and (torch.compiler.is_exporting() or not all(type(size) is int for size in q.shape))
+    # torch.jit.trace (and the ONNX exporter built on it) records one batch size's branches for all of them
+    careful = torch.jit.is_tracing() or (
+        traced and (torch.compiler.is_exporting() or not all(type(size) is int for size in q.shape))
+    )
     if not careful and scale is None and _matmul_attention_pays(q):
         # Under autocast the bias keeps its float32 and the scores, softmax and its backward follow, as in
         # timm's and torchvision's attention under autocast (their float32 bias promotes the scores too).

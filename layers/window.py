@@ -139,6 +139,8 @@ def build_window_plan(
 
 
 _PINNING = threading.local()
+# How many TorchDispatchModes are active (FakeTensorMode, FLOP counters); torch has had it since 2.0.
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
 @contextmanager
@@ -195,6 +197,11 @@ class WindowPlans:
             if plan is None:
                 plan = build_window_plan(height, width, window, shift, pad_first, device, traced=True)
             return plan
+        if _dispatch_modes():
+            # Under a dispatch mode (FakeTensorMode, a FLOP counter) what is built may not be real tensors:
+            # built for this call only, never cached, so that a later real forward gets real plans.
+            with torch.inference_mode(False):
+                return build_window_plan(height, width, window, shift, pad_first, device)
         plan = self._cache.get(key)
         if plan is None:
             # Built outside inference mode, so that a plan first made under torch.inference_mode() still

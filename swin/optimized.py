@@ -32,7 +32,9 @@ allocator it started with and counts page faults per call.
 
 Freezing copies the weights into the compiled graph, so the compiled graph would go stale when they change.
 :class:`OptimizedModel` compares every parameter's and buffer's identity, storage and version counter before
-each call and compiles again after any change (an optimizer step, ``load_state_dict``, ``copy_``, ``.to()``).
+each call and compiles again after any change (an optimizer step, ``load_state_dict``, ``copy_``, ``.to()``);
+weights made under ``torch.inference_mode()``, which have no version counter, are replaced by ordinary copies
+when it builds.
 Writes through ``.data`` bypass version counters by design (torch's own autograd cannot see them either); after
 such a write call :meth:`OptimizedModel.refresh`. Hooks and wrappers a user adds to submodules are seen: a
 model holding any forward hook, or a module that is not ours or torch's, runs uncompiled (hooks must see every
@@ -42,6 +44,7 @@ call) unless ``compile="force"``.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -110,19 +113,37 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtyp
     return chosen
 
 
-def _state_signature(model: nn.Module) -> tuple:
-    """What freezing depends on: each parameter's and buffer's identity, storage, version, dtype and device.
-    Checked before every call, so one walk over the modules' own tables (a shared tensor is listed once per
-    module holding it) rather than ``parameters()`` and ``buffers()``, which walk twice and deduplicate."""
-    # (inference tensors, made under torch.inference_mode, have no version counter and cannot be changed in place
-    # outside it)
-    return tuple(
-        (id(t), t.data_ptr(), -1 if t.is_inference() else t._version, t.dtype, t.device)
+def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """Every parameter and buffer, by one walk over the modules' own tables (a shared tensor is listed once per
+    module holding it): checked before every call, so not ``parameters()`` and ``buffers()``, which walk twice
+    and deduplicate."""
+    return [
+        t
         for module in model.modules()
         for table in (module._parameters, module._buffers)
         for t in table.values()
         if t is not None
-    )
+    ]
+
+
+def _state_signature(tensors: list[torch.Tensor]) -> tuple:
+    """What freezing depends on: each parameter's and buffer's identity, storage, version, dtype and device.
+    (The caller holds the tensors of the signature it compiled for, so no id or address in it can be reused by
+    a new tensor. Inference tensors have no version counter: :func:`_versioned` replaces them before a build.)"""
+    return tuple((id(t), t.data_ptr(), -1 if t.is_inference() else t._version, t.dtype, t.device) for t in tensors)
+
+
+def _versioned(model: nn.Module) -> None:
+    """Replace inference tensors among the weights (a model built or loaded under ``torch.inference_mode()``)
+    with ordinary copies, whose version counters see in-place changes (``load_state_dict``, ``mul_``), so the
+    frozen graph cannot go stale unseen. Parameters stay parameters, with their ``requires_grad``."""
+    with torch.inference_mode(False):
+        for module in model.modules():
+            for table in (module._parameters, module._buffers):
+                for name, t in table.items():
+                    if t is not None and t.is_inference():
+                        copy = t.clone()
+                        table[name] = nn.Parameter(copy, t.requires_grad) if isinstance(t, nn.Parameter) else copy
 
 
 def _compilable(model: nn.Module) -> bool:
@@ -178,11 +199,26 @@ class OptimizedModel(nn.Module):
         self.compile_seconds: dict[tuple[int, ...], float] = {}  # input shape -> seconds its first call took
         self._compiled: Callable | None = None
         self._signature: tuple | None = None
+        self._held: list[torch.Tensor] = []
+        self._lock = threading.RLock()
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the compiled graph and the lock behind (derived state): a copy compiles on
+        its first call, for its own weights."""
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        state = dict(state, _compiled=None, _signature=None, _held=[], compile_seconds={})
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._lock = threading.RLock()
 
     def refresh(self) -> None:
         """Compile again on the next call (after writes through ``.data``, which version counters miss)."""
         self._compiled = None
         self._signature = None
+        self._held = []
         self.compile_seconds.clear()
         unpin_window_plans(self.model)  # the next build pins what it needs, on the device the weights are on now
 
@@ -218,6 +254,8 @@ class OptimizedModel(nn.Module):
         return self.compile_mode == "force" or (bool(self.compile_mode) and _compilable(self.model))
 
     def forward(self, x: torch.Tensor) -> Any:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor of images (B, C, H, W), got {type(x).__name__}")
         out_dtype = x.dtype if x.is_floating_point() else torch.float32
 
         def cast(t: torch.Tensor) -> torch.Tensor:
@@ -237,23 +275,32 @@ class OptimizedModel(nn.Module):
                 return _map_tensors(self.model(x), cast)
             # The weights, and which library runs float32 linear layers (settings and thread count can change).
             onednn = self.dtype == torch.float32 and x.device.type == "cpu" and onednn_pays()
-            signature = (_state_signature(self.model), onednn)
-            if self._compiled is None or signature != self._signature:
-                self.refresh()
-                # not a submodule: the state dict and .modules() stay the model's own, once
-                object.__setattr__(self, "_compiled", FrozenCompiled(self.model, self.mode, onednn))
-                self._signature = signature
-            key = tuple(x.shape)
-            start = time.perf_counter()
-            if key not in self.compile_seconds and not self.model.training and _compilable(self.model):
-                # One eager image first, so that the window plans of this size (index tensors, shift masks) are
-                # pinned and the compiled graph reads them as constants, which freezing folds. (Not where a
-                # hook would see the extra call, nor in training mode, where it would draw random numbers.)
-                with pinning_window_plans():
-                    self.model(x[:1])
-            out = self._compiled(x)
-            if key not in self.compile_seconds:
-                self.compile_seconds[key] = time.perf_counter() - start
+            with self._lock:  # one build at a time; another thread's call waits for it rather than compiling too
+                tensors = _state_tensors(self.model)
+                signature = (_state_signature(tensors), onednn)
+                if self._compiled is None or signature != self._signature:
+                    self.refresh()
+                    _versioned(self.model)
+                    tensors = _state_tensors(self.model)
+                    # not a submodule: the state dict and .modules() stay the model's own, once
+                    object.__setattr__(self, "_compiled", FrozenCompiled(self.model, self.mode, onednn))
+                    self._signature = (_state_signature(tensors), onednn)
+                    self._held = tensors  # their ids and addresses stay theirs while the signature names them
+                compiled = self._compiled
+                key = tuple(x.shape)
+                start = time.perf_counter()
+                first = key not in self.compile_seconds
+                if first and not self.model.training and _compilable(self.model):
+                    # One eager image first, so that the window plans of this size (index tensors, shift masks)
+                    # are pinned and the compiled graph reads them as constants, which freezing folds. (Not where
+                    # a hook would see the extra call, nor in training mode, where it would draw random numbers.)
+                    with pinning_window_plans():
+                        self.model(x[:1])
+                if first:  # the first call of a shape compiles it: under the lock
+                    out = compiled(x)
+                    self.compile_seconds[key] = time.perf_counter() - start
+            if not first:
+                out = compiled(x)
         if self.mode == "reduce-overhead":  # CUDA graphs reuse their output buffers on the next call
             out = _map_tensors(out, torch.Tensor.clone)
         return _map_tensors(out, cast)

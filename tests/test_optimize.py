@@ -213,12 +213,12 @@ def test_weight_signature_sees_every_kind_of_change():
     """What decides a rebuild of the frozen graph, checked before every call: in-place updates, a replaced
     parameter or buffer (``load_state_dict(assign=True)``, a user's assignment), ``.data`` replaced, a dtype
     change; nothing else."""
-    from swin.optimized import _state_signature
+    from swin.optimized import _state_signature, _state_tensors
 
     model = swin.create_model("swin_t", depths=(2,), num_heads=(3,)).eval()
     block = model.layers[0].blocks[0]
-    signature = _state_signature(model)
-    assert _state_signature(model) == signature
+    signature = _state_signature(_state_tensors(model))
+    assert _state_signature(_state_tensors(model)) == signature
     assert len(signature) >= len(list(model.parameters())) + len(list(model.buffers()))
     changes = [
         lambda: block.mlp.fc1.weight.add_(0.0),  # in place: the version counter moves, the values need not
@@ -232,6 +232,74 @@ def test_weight_signature_sees_every_kind_of_change():
     for change in changes:
         with torch.no_grad():
             change()
-        now = _state_signature(model)
+        now = _state_signature(_state_tensors(model))
         assert now != signature
         signature = now
+
+
+class _CopyingCompiled(torch.nn.Module):
+    """Stands in for FrozenCompiled without compiling: it copies the model when built, as freezing copies the
+    weights into the graph, so a call that is not rebuilt after a weight change answers with the old weights."""
+
+    builds = 0
+
+    def __init__(self, model, mode=None, onednn_linear=False):
+        super().__init__()
+        import copy
+
+        type(self).builds += 1
+        self.frozen = copy.deepcopy(model)
+
+    def forward(self, x):
+        return self.frozen(x)
+
+
+def test_weights_made_under_inference_mode_are_followed(monkeypatch):
+    """A model built (or loaded) under ``torch.inference_mode()`` has inference tensors as weights, which have
+    no version counter: an in-place update there (``load_state_dict``, ``mul_``) must still reach the frozen
+    graph. Expected: timm's model given the same update."""
+    import swin.optimized as optimized
+
+    monkeypatch.setattr(optimized, "FrozenCompiled", _CopyingCompiled)
+    with torch.inference_mode():
+        reference, ours = timm_pair("swin_t", depths=(1, 1, 1, 1))
+        fast = swin.optimize(ours, dtype="float32", compile="force")
+        x = torch.randn(1, 3, 224, 224)
+        first = fast(x)
+        assert (first - reference(x)).abs().max().item() <= 1e-4
+        ours.head.weight.mul_(-2)
+        reference.head.fc.weight.mul_(-2)
+        second = fast(x)
+        assert (second - reference(x)).abs().max().item() <= 1e-4
+        ours.load_state_dict(convert(timm_pair("swin_t", depths=(1, 1, 1, 1))[0].state_dict(), source="timm"))
+        assert (fast(x) - first).abs().max().item() <= 1e-4  # the first weights again
+    assert _CopyingCompiled.builds == 3
+    assert not any(t.is_inference() for t in [*ours.parameters(), *ours.buffers()])
+    assert all(isinstance(p, torch.nn.Parameter) for _, p in ours.named_parameters())
+
+
+def test_copies_and_bad_input(monkeypatch):
+    """A copy or a pickle of an optimized model carries the model, not the compiled graph of the original's
+    weights (nor its lock); a non-tensor input is refused with the message the model itself gives."""
+    import copy
+    import io
+
+    import swin.optimized as optimized
+
+    monkeypatch.setattr(optimized, "FrozenCompiled", _CopyingCompiled)
+    fast = swin.optimize(swin.create_model("swin_t", depths=(1,), num_heads=(3,), num_classes=5), dtype="float32")
+    x = torch.randn(1, 3, 64, 64)
+    fast(x)
+    twin = copy.deepcopy(fast)
+    assert twin._compiled is None and twin.compile_seconds == {}
+    with torch.no_grad():
+        twin.model.head.weight.mul_(-1)
+        assert torch.equal(twin(x), twin.model(x))
+    buffer = io.BytesIO()
+    torch.save(fast, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), fast.model(x))
+    with pytest.raises(TypeError, match="expected a torch.Tensor of images"):
+        fast(x.numpy())

@@ -90,10 +90,12 @@ def test_swin_v2_matches_timm(small_chunks):
     assert (got - expected).abs().max().item() <= TOLERANCE
 
 
-@pytest.mark.parametrize("setting", ["grad", "train", "autocast", "hook", "global hook"])
+@pytest.mark.parametrize("setting", ["grad", "train", "submodule train", "autocast", "hook", "global hook", "jit"])
 def test_not_used_where_it_would_be_wrong(small_chunks, setting):
-    """Under autograd, in training (DropPath is per sample), under autocast and with forward hooks (they
-    must see the whole batch once; FLOP counters attribute work through hooks) the batch runs at once."""
+    """Under autograd, in training (DropPath is per sample; a submodule left in training mode, as in BatchNorm
+    recalibration, may use batch statistics), under autocast, with forward hooks (they must see the whole batch
+    once; FLOP counters attribute work through hooks) and under ``torch.jit.trace`` (which would record one
+    batch size's pieces for every batch) the batch runs at once."""
     model = swin.create_model("swin_t", num_classes=10, depths=(2, 2, 2, 2)).eval()
     x = torch.randn(2, 3, 224, 224)
     seen = []
@@ -102,6 +104,13 @@ def test_not_used_where_it_would_be_wrong(small_chunks, setting):
     elif setting == "train":
         with torch.no_grad():
             model.train()(x)
+    elif setting == "submodule train":
+        model.layers[1].blocks[0].mlp.train()
+        with torch.no_grad():
+            model(x)
+    elif setting == "jit":
+        with torch.no_grad():
+            torch.jit.trace(model, x, check_trace=False)
     elif setting == "autocast":
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
             model(x)
@@ -130,3 +139,15 @@ def test_pieces_cover_the_batch_within_budget(monkeypatch, batch, per_image, bud
     assert 1 <= images <= batch
     assert images * per_image <= budget or images == 1
     assert (pieces - 1) * images < batch  # no empty last piece
+
+
+@pytest.mark.parametrize("traced_batch,batch", [(3, 2), (1, 3)])
+def test_a_jit_trace_serves_other_batch_sizes(small_chunks, traced_batch, batch):
+    """``torch.jit.trace`` records the ops of one call: traced on a batch that eager would cut in pieces, or on
+    one image (where attention views the shift mask per window), it must still compute any batch size, as
+    timm's model does (the same weights; 224x224 with shifted, masked blocks)."""
+    reference, ours = timm_pair("swin_t", shape={"depths": (2, 2), "num_heads": (3, 6)})
+    with torch.no_grad():
+        traced = torch.jit.trace(ours, torch.randn(traced_batch, 3, 224, 224), check_trace=False)
+        x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(6))
+        assert (traced(x) - reference(x)).abs().max().item() <= TOLERANCE

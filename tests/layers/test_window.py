@@ -84,3 +84,20 @@ def test_pinned_plans_have_a_byte_budget_and_are_dropped_on_unpin():
     assert all(isinstance(p, WindowPlans) and p._cache.pinned_nbytes > 0 for p in plans)
     unpin_window_plans(model)
     assert all(p._cache.pinned_nbytes == 0 for p in plans)
+
+
+def test_a_forward_under_fake_tensors_leaves_real_plans():
+    """Shape inference under ``FakeTensorMode`` (as tools that trace do) must not leave fake window plans in the
+    cache: the next real forward computes real values, timm's for the same weights."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ..conftest import timm_pair
+
+    reference, ours = timm_pair("swin_t", shape={"depths": (2,), "num_heads": (3,)}, img_size=(112, 112))
+    x = torch.randn(1, 3, 112, 112)
+    with torch.no_grad():
+        with FakeTensorMode(allow_non_fake_inputs=True) as fake:
+            ours(fake.from_tensor(x))
+        out = ours(x)
+        assert type(out) is torch.Tensor
+        assert (out - reference(x)).abs().max().item() <= 1e-5
