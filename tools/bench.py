@@ -280,10 +280,14 @@ def _selected_cases(args) -> list[Case]:
         arch = swin.get_config(args.model).name  # a clear error for an unknown name
         size = _parse_size(args.img_size) if args.img_size else swin.get_config(arch).img_size
         batch = args.batch or 8
-        dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-        name = f"{arch} {args.kind} b{batch} {size[0]}x{size[1]} {args.dtype}"
-        return [Case(name, arch, batch, tuple(size), dtype, args.kind)]
+        kind, dtype_name = args.kind or "eval", args.dtype or "fp32"
+        dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+        name = f"{arch} {kind} b{batch} {size[0]}x{size[1]} {dtype_name}"
+        return [Case(name, arch, batch, tuple(size), dtype, kind)]
     cases = [c for c in DEFAULT_CASES if not args.only or any(s in c.name for s in args.only)]
+    if not cases:
+        names = "; ".join(c.name for c in DEFAULT_CASES)
+        raise ValueError(f"--only {' '.join(args.only)}: no case's name contains that; the cases are: {names}")
     if args.device.startswith("cuda"):
         batch = args.batch or 64  # the b8 cases only; b1 and the backbone stay as they are
         cases = [
@@ -323,6 +327,15 @@ def cmd_bench(args) -> int:
         raise ValueError(f"--batch must be at least 1, got {args.batch}")
     if args.batch is not None and not args.model and not args.device.startswith("cuda"):
         raise ValueError("--batch sets the batch of a --model case (or of the b8 cases with --device cuda)")
+    given = [
+        option
+        for option, value in (("--img-size", args.img_size), ("--kind", args.kind), ("--dtype", args.dtype))
+        if value
+    ]
+    if given and not args.model:
+        raise ValueError(f"{', '.join(given)} describe(s) a --model case; add --model NAME (e.g. --model swin_t)")
+    if args.only is not None and args.model:
+        raise ValueError("--only picks among the default cases; --model makes one case of its own: use one of them")
     import swin
 
     from .machine import describe, machine_info
@@ -480,12 +493,9 @@ def register(sub) -> None:
     p.add_argument(
         "--kind",
         choices=("eval", "features", "train"),
-        default="eval",
         help="with --model: classifier inference (default), backbone features, or a training step",
     )
-    p.add_argument(
-        "--dtype", choices=("fp32", "bf16"), default="fp32", help="with --model: fp32 or bf16 (autocast for all)"
-    )
+    p.add_argument("--dtype", choices=("fp32", "bf16"), help="with --model: fp32 (default) or bf16 (autocast for all)")
     p.add_argument(
         "--ways",
         nargs="+",

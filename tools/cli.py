@@ -42,6 +42,25 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+def _global_options_first(argv: list[str]) -> list[str]:
+    """``argv`` with every ``--models-file YAML`` moved before the command, so the global option works on
+    either side of it (``swin list --models-file m.yaml`` as ``swin --models-file m.yaml list``)."""
+    front, rest, words = [], [], iter(argv)
+    for word in words:
+        if word == "--":  # what follows is positional
+            rest += [word, *words]
+        elif word == "--models-file":
+            front.append(word)
+            value = next(words, None)
+            if value is not None:
+                front.append(value)
+        elif word.startswith("--models-file="):
+            front.append(word)
+        else:
+            rest.append(word)
+    return front + rest
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with the full arguments of ``command`` (its module's commands) and one-line stubs for the
     others; ``command=None``: stubs only (enough for ``swin --help`` and for naming a wrong command)."""
@@ -104,7 +123,7 @@ def _one_line(error: BaseException, limit: int = 600) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; every error becomes one line on stderr and a non-zero exit status
     (``SWIN_DEBUG=1`` lets the traceback through)."""
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _global_options_first(sys.argv[1:] if argv is None else argv)
     args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         _register_model_files(args.models_file)

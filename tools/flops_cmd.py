@@ -481,8 +481,9 @@ def register(sub) -> None:
         help="cost per stage (MSA against W-MSA) and of the whole model, analytic and measured",
         description=(
             "Cost of one image, in MACs (multiply-accumulates, which the Swin paper calls FLOPs) unless --flops. "
-            "The analytic count adds up each module's macs(); the measured count watches a real forward "
-            f"(torch.utils.flop_counter); a gap over {TOLERANCE:.0%} exits with status 1."
+            "The analytic count adds up each module's macs(); the measured count watches a forward "
+            "(torch.utils.flop_counter; on the meta device, or on CPU where an op has no meta kernel); "
+            f"a gap over {TOLERANCE:.0%} exits with status 1."
         ),
     )
     p.add_argument("name", help="registered name or timm alias, e.g. swin_t")

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..factory import create_model
 from ..registry import resolve_name
 from ..weights import UnsafeCheckpointError, create_transform, data_config, get_entry, load_checkpoint
+from ..weights.user_weights import preprocessing_for
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -188,7 +189,11 @@ def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any],
         raise ValueError(f"--checkpoint {checkpoint} has no classifier head (head.weight): nothing to score")
     model = create_model(arch, pretrained=checkpoint, num_classes=head.shape[0])
     entry = get_entry(arch, tag) if tag else None  # the tag's preprocessing for a local copy of its weights
-    return model.eval(), (entry.data_config() if entry else data_config(model)), entry
+    if entry is not None:
+        return model.eval(), entry.data_config(), entry
+    # else the publisher's: torchvision's files with torchvision's transforms, as swin predict and export do
+    layout = getattr(model, "pretrained_cfg", {}).get("layout")
+    return model.eval(), preprocessing_for(arch, None, layout) or data_config(model), None
 
 
 def _device(requested: str | None) -> torch.device:
@@ -297,7 +302,8 @@ def register(sub) -> None:
         dest="weights",
         metavar="FILE",
         help="a local checkpoint (official, timm or torchvision layout) instead of the tag's download; "
-        "preprocessing from TAG if given, else the architecture's default tag (--checkpoint: the old name)",
+        "preprocessing from TAG if given, else that of the architecture's weights published in the file's layout "
+        "(torchvision's transforms for a torchvision file, the default tag's otherwise; --checkpoint: the old name)",
     )
     p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default 64)")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="data loading processes")

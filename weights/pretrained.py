@@ -302,7 +302,8 @@ def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.Pat
     Raises:
         WeightsNotFoundError: nothing could be fetched (the message says where to place the file).
         UnsafeCheckpointError: a pickle that would run code; nothing from it ran.
-        CorruptCheckpointError: a truncated or unreadable file.
+        CorruptCheckpointError: a truncated or unreadable file, an incomplete Swin trunk, or NaN or infinity
+            in the weights (the message names the tensors).
         ValueError: a checkpoint of another architecture (the message lists the mismatched keys).
     """
     if isinstance(pretrained, Mapping):  # a state dict already in memory
@@ -313,7 +314,9 @@ def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.Pat
         checkpoint = safe_load.load_file(path)
         origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     state = unwrap(checkpoint)
-    fitted = fit_state_dict(convert(state, source="auto"), model, origin=origin)
+    converted = convert(state, source="auto")
+    checks.check_state(converted, origin)  # as a download is checked: a complete trunk, finite weights
+    fitted = fit_state_dict(converted, model, origin=origin)
     model.load_state_dict(fitted, strict=False)
     info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}
     if entry is not None:

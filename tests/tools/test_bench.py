@@ -160,6 +160,13 @@ def test_bench_refuses_options_that_would_be_ignored(capsys):
     assert "--batch sets the batch of a --model case" in capsys.readouterr().err
     assert main(["bench", "--model", "swin_t", "--ways", "auto", "--compile"]) != 0
     assert "leave out --compile" in capsys.readouterr().err
+    for argv in (["--img-size", "512"], ["--kind", "train"], ["--dtype", "bf16"]):  # they describe a --model case
+        assert main(["bench", *argv]) != 0
+        assert f"{argv[0]} describe(s) a --model case" in capsys.readouterr().err
+    assert main(["bench", "--model", "swin_t", "--only", "b8"]) != 0
+    assert "--only picks among the default cases" in capsys.readouterr().err
+    assert main(["bench", "--only", "no such case"]) != 0
+    assert "no case's name contains that; the cases are: swin_t eval b1 224 fp32;" in capsys.readouterr().err
 
 
 def test_allocator_is_named_with_the_settings_the_process_started_with():

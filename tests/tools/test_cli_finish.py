@@ -104,6 +104,13 @@ def test_models_file_makes_yaml_models_visible(models_file, capsys):
     assert '"embed_dim": 32' in capsys.readouterr().out
 
 
+def test_models_file_may_follow_the_command(models_file, capsys):
+    assert main(["list", "my_*", "--models-file", str(models_file)]) == 0
+    assert "my_swin" in capsys.readouterr().out
+    assert main(["flops", "my_swin", f"--models-file={models_file}", "--format", "json"]) == 0
+    assert '"my_swin"' in capsys.readouterr().out
+
+
 def test_swin_models_env_reaches_every_command(models_file, monkeypatch, capsys):
     monkeypatch.setenv("SWIN_MODELS", str(models_file))
     assert main(["flops", "my_swin", "--format", "json"]) == 0

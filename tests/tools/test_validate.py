@@ -193,3 +193,28 @@ def test_fails_clearly_on_unknown_tag_and_missing_weights(tmp_path, capsys, monk
     monkeypatch.setenv("SWIN_OFFLINE", "1")
     code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val")
     assert code == 2 and "offline" in err
+
+
+def test_a_torchvision_file_is_scored_with_torchvision_preprocessing(tmp_path, capsys):
+    """A torchvision checkpoint given with --weights is evaluated as torchvision publishes it (its weights' own
+    transforms: resize 232, bicubic, crop 224 for swin_t), as swin predict does; a file with NaN weights is
+    refused with the tensor's name."""
+    import torchvision
+
+    torch.manual_seed(0)
+    torch.save(torchvision.models.swin_t().state_dict(), tmp_path / "tv.pth")
+    write_folder(tmp_path / "val", random_images(1), [0], str)
+    code, out, err = run(
+        capsys, "swin_t", "--data", tmp_path / "val", "--weights", tmp_path / "tv.pth", "--format", "json"
+    )
+    assert code == 0, err
+    published = torchvision.models.Swin_T_Weights.IMAGENET1K_V1.transforms()
+    prep = json.loads(out)["preprocessing"]
+    assert prep["resize_size"] == published.resize_size[0] and prep["input_size"][1:] == published.crop_size * 2
+    assert prep["interpolation"] == published.interpolation.value
+
+    state = torch.load(tmp_path / "tv.pth")
+    state["features.1.0.mlp.0.weight"][0, 0] = float("nan")
+    torch.save(state, tmp_path / "nan.pth")
+    code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--weights", tmp_path / "nan.pth")
+    assert code == 2 and "non-finite weights" in err and "layers.0.blocks.0.mlp.fc1.weight" in err
