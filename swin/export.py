@@ -94,12 +94,27 @@ def check_size_range(model: SwinTrunk, size_range: tuple[int, int] | None) -> tu
     return low, high
 
 
+def _check_batch(max_batch: int) -> int:
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise ValueError(f"max_batch must be a whole number of at least 1 (the largest batch), got {max_batch!r}")
+    return max_batch
+
+
 def _dynamic_shapes(max_batch: int, size_range: tuple[int, int]) -> dict[str, Any]:
+    """Symbolic height and width; a symbolic batch 1..max_batch, or a static batch of 1 when ``max_batch`` is 1
+    (``Dim`` needs min < max, and the example input then has batch 1, see :func:`_example_batch`)."""
     low, high = size_range
     height = Dim("height_steps", min=low // SIZE_MULTIPLE, max=high // SIZE_MULTIPLE)
     width = Dim("width_steps", min=low // SIZE_MULTIPLE, max=high // SIZE_MULTIPLE)
-    batch = Dim("batch", min=1, max=max_batch)
-    return {"x": {0: batch, 2: SIZE_MULTIPLE * height, 3: SIZE_MULTIPLE * width}}
+    shapes: dict[int, Any] = {2: SIZE_MULTIPLE * height, 3: SIZE_MULTIPLE * width}
+    if max_batch > 1:
+        shapes[0] = Dim("batch", min=1, max=max_batch)
+    return {"x": shapes}
+
+
+def _example_batch(max_batch: int) -> int:
+    """2 for a symbolic batch (an example of 1 would specialise the graph to it), else the static batch 1."""
+    return 2 if max_batch > 1 else 1
 
 
 def example_size(model: SwinTrunk, size_range: tuple[int, int] | None = None) -> int:
@@ -113,9 +128,9 @@ def example_size(model: SwinTrunk, size_range: tuple[int, int] | None = None) ->
     return side
 
 
-def _example(model: SwinTrunk, side: int) -> torch.Tensor:
+def _example(model: SwinTrunk, side: int, batch: int) -> torch.Tensor:
     parameter = next(model.parameters())
-    return torch.randn(2, model.in_chans, side, side, device=parameter.device, dtype=parameter.dtype)
+    return torch.randn(batch, model.in_chans, side, side, device=parameter.device, dtype=parameter.dtype)
 
 
 def _require_swin(model: nn.Module) -> None:
@@ -126,13 +141,15 @@ def _require_swin(model: nn.Module) -> None:
 def export_program(
     model: nn.Module, max_batch: int = 64, size_range: tuple[int, int] | None = None
 ) -> torch.export.ExportedProgram:
-    """``torch.export`` of a classifier or backbone with dynamic batch (1..max_batch) and dynamic height and
-    width: multiples of 32 within ``size_range`` (default :func:`dynamic_size_range`; a range one graph cannot
-    serve is refused, see :func:`check_size_range`). Eval mode. The program itself refuses other sizes."""
+    """``torch.export`` of a classifier or backbone with dynamic batch (1..max_batch; ``max_batch=1``: a static
+    batch of 1) and dynamic height and width: multiples of 32 within ``size_range`` (default
+    :func:`dynamic_size_range`; a range one graph cannot serve is refused, see :func:`check_size_range`).
+    Eval mode. The program itself refuses other sizes and batches."""
     _require_swin(model)
+    _check_batch(max_batch)
     size_range = check_size_range(model, size_range)
     model.eval()
-    example = _example(model, example_size(model, size_range))
+    example = _example(model, example_size(model, size_range), _example_batch(max_batch))
     with _size_oblivious():
         return torch.export.export(model, (example,), dynamic_shapes=_dynamic_shapes(max_batch, size_range))
 
@@ -193,7 +210,7 @@ def _finish(onnx_model, rule: str, metadata: dict[str, str]) -> None:
 def export_onnx(
     model: nn.Module,
     path: str | os.PathLike,
-    max_batch: int = 64,
+    max_batch: int | None = None,
     size_range: tuple[int, int] | None = None,
     dynamic: bool = True,
     metadata: Mapping[str, Any] | None = None,
@@ -202,14 +219,17 @@ def export_onnx(
 
     Inputs are named ``x``; outputs ``logits`` for a classifier, ``features0..3`` for a backbone. With
     ``dynamic`` the batch, height and width are symbolic: height and width multiples of 32 within
-    ``size_range`` (default :func:`dynamic_size_range`; a range one graph cannot serve is refused). The graph
-    refuses other sizes at run time (ONNX Runtime fails in a Gather named ``size_guard_N: <the rule>``);
-    static: the one size :func:`example_size`. The file's ``metadata_props`` carry ``size_min``,
-    ``size_max``, ``size_multiple`` and ``valid_sizes``, plus ``metadata`` (e.g. the preprocessing of the
-    weights: ``mean``, ``std``, ``crop_pct``, ...; non-strings JSON-encoded).
+    ``size_range`` (default :func:`dynamic_size_range`; a range one graph cannot serve is refused), batch
+    1..``max_batch`` (default 64; 1 makes the batch static). The graph refuses other sizes at run time (ONNX
+    Runtime fails in a Gather named ``size_guard_N: <the rule>``). Static (``dynamic=False``): the one size
+    :func:`example_size` (``size_range=(s, s)`` picks ``s``) and the one batch ``max_batch`` (default 2).
+    The file's ``metadata_props`` carry ``size_min``, ``size_max``, ``size_multiple``, ``valid_sizes`` and
+    ``max_batch``, plus ``metadata`` (e.g. the preprocessing of the weights: ``mean``, ``std``, ``crop_pct``,
+    ...; non-strings JSON-encoded).
     Requires ``onnx`` and ``onnxscript`` (``pip install 'swin[onnx]'``).
     """
     _require_swin(model)
+    max_batch = _check_batch((64 if dynamic else 2) if max_batch is None else max_batch)
     size_range = check_size_range(model, size_range)
     try:
         import onnxscript  # noqa: F401  (the exporter needs it; fail with our message, not deep inside torch)
@@ -224,7 +244,7 @@ def export_onnx(
         outputs = ["logits"]
     program = torch.onnx.export(
         _Guarded(model, low, high).eval(),
-        (_example(model, side),),
+        (_example(model, side, _example_batch(max_batch) if dynamic else max_batch),),
         dynamo=True,
         dynamic_shapes=_dynamic_shapes(max_batch, (low, high)) if dynamic else None,
         input_names=["x"],
@@ -236,7 +256,7 @@ def export_onnx(
         "size_max": high,
         "size_multiple": SIZE_MULTIPLE,
         "valid_sizes": rule,
-        "max_batch": max_batch if dynamic else 2,
+        "max_batch": max_batch,
         **(metadata or {}),
     }
     _finish(program.model, rule, {k: v if isinstance(v, str) else json.dumps(v) for k, v in props.items()})

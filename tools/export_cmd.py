@@ -18,18 +18,35 @@ __all__ = ["register", "cmd_export"]
 _PREPROCESSING = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
 
 
-def _size_range(text: str | None) -> tuple[int, int] | None:
+def _size_range(text: str | None, static: bool) -> tuple[int, int] | None:
+    """MIN,MAX of a dynamic export; with ``--static``, S,S: the one size."""
     if text is None:
         return None
     try:
         low, high = (int(part) for part in text.replace("x", ",").split(","))
     except ValueError:
         raise ValueError(f"--size-range takes MIN,MAX in pixels (e.g. 128,224), got {text!r}") from None
-    if low == high:
+    if static and low != high:
         raise ValueError(
-            f"--size-range {text} is a single size; export it with --static (fixed shape), or give MIN < MAX"
+            f"--static exports one size, but --size-range {text} is a range: give the size twice "
+            f"(e.g. --size-range {high},{high}), or drop --static to export the range"
+        )
+    if low == high and not static:
+        raise ValueError(
+            f"--size-range {text} is a single size; export it with --static (ONNX, fixed shape), or give MIN < MAX"
         )
     return low, high
+
+
+def _check_options(args) -> None:
+    """Refuse, before any weights are read, options that contradict each other."""
+    if args.static and args.output.endswith(".pt2"):
+        raise ValueError(
+            "--static is for ONNX (.onnx) output only: a .pt2 program always has a dynamic batch, height and "
+            "width; narrow it with --size-range MIN,MAX and --max-batch N, or write a .onnx file for a fixed shape"
+        )
+    if args.max_batch is not None and args.max_batch < 1:
+        raise ValueError(f"--max-batch must be at least 1 (the largest batch the graph accepts), got {args.max_batch}")
 
 
 def _check_output(path: str, inputs: list[str]) -> None:
@@ -64,13 +81,13 @@ def cmd_export(args) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.max_batch < 1:
-        raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}")
     local = [args.weights] if args.weights and os.path.isfile(args.weights) else []
     _check_output(args.output, local)
+    _check_options(args)
+    batch = args.max_batch or (2 if args.static else 64)
     with torch.device("meta"):  # the size range needs the architecture only, not its weights
         skeleton = create_model(args.name, features_only=args.features_only)
-    low, high = check_size_range(skeleton, _size_range(args.size_range))
+    low, high = check_size_range(skeleton, _size_range(args.size_range, args.static))
 
     arch = resolve_name(args.name.partition(".")[0])
     weights = load_weights(arch, args.weights) if args.weights else None
@@ -86,17 +103,18 @@ def cmd_export(args) -> int:
     )
     with atomic_output(args.output, local) as temporary:
         if args.output.endswith(".pt2"):
-            torch.export.save(export_program(model, args.max_batch, (low, high)), temporary)
+            torch.export.save(export_program(model, batch, (low, high)), temporary)
         else:
             metadata = _metadata(args, model, weights)
-            export_onnx(model, temporary, args.max_batch, (low, high), dynamic=not args.static, metadata=metadata)
+            export_onnx(model, temporary, batch, (low, high), dynamic=not args.static, metadata=metadata)
     kind = "backbone" if args.features_only else "classifier"
     described = f"weights {weights.name}" if weights else "RANDOM weights (--random-weights)"
     if args.static:
         side = example_size(model, (low, high))
-        shape = f"static input 2x{model.in_chans}x{side}x{side}"
+        shape = f"static input {batch}x{model.in_chans}x{side}x{side}"
     else:
-        shape = f"batch 1..{args.max_batch}, height and width multiples of {SIZE_MULTIPLE} in {low}..{high}"
+        batches = "batch 1" if batch == 1 else f"batch 1..{batch}"
+        shape = f"{batches}, height and width multiples of {SIZE_MULTIPLE} in {low}..{high}"
     print(f"wrote {args.output}: {args.name} {kind}, {described}, {shape} (other sizes are refused)")
     return 0
 
@@ -123,11 +141,19 @@ def register(sub) -> None:
     weights.add_argument(
         "--random-weights", action="store_true", help="export with random initial weights (for testing a pipeline)"
     )
-    p.add_argument("--max-batch", type=int, default=64, help="largest batch the exported graph accepts")
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        help="largest batch the exported graph accepts (default 64); with --static, its one batch (default 2)",
+    )
     p.add_argument(
         "--size-range",
         help="MIN,MAX height/width in pixels, multiples of 32 (default: the widest valid range around the model's "
-        "img_size); a range one graph cannot serve correctly is refused",
+        "img_size); a range one graph cannot serve correctly is refused; with --static, S,S: the one size",
     )
-    p.add_argument("--static", action="store_true", help="fixed input shape (ONNX only)")
+    p.add_argument(
+        "--static",
+        action="store_true",
+        help="fixed input shape, ONNX only: one size (--size-range S,S) and one batch (--max-batch)",
+    )
     p.set_defaults(func=cmd_export)
