@@ -111,10 +111,16 @@ def cmd_download(args) -> int:
     except KeyError as error:
         print(f"swin download: {error.args[0]}", file=sys.stderr)
         return 2
+    import torch
+
+    from ..factory import create_model
+
     failed = 0
     for entry in entries:
+        with torch.device("meta"):  # shapes only: what a download is checked to load into
+            model = create_model(entry.arch, num_classes=entry.num_classes)
         try:
-            path = fetch(entry)
+            path = fetch(entry, model=model)
         except (WeightsNotFoundError, DownloadError) as error:
             print(f"swin download: {error}", file=sys.stderr)
             failed += 1

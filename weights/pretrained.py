@@ -91,25 +91,48 @@ def _failure(shown: str, error: BaseException) -> str:
     return f"  {text}" if text.startswith(shown) else f"  {shown}: {text}"
 
 
-def _checker(origin: str):
-    return lambda tmp: check_checkpoint(tmp, origin=origin)
+def _checker(origin: str, model: nn.Module | None = None, name: str = ""):
+    """The check a download passes before it is cached; given the ``model`` it is fetched for, also that the
+    weights load into it (a mirror or a moved revision serving another architecture's weights is never cached)."""
+    if model is None:
+        return lambda tmp: check_checkpoint(tmp, origin=origin)
+    return lambda tmp: _check_fits(read_checked(tmp, origin)[0], model, origin, name)
 
 
-def _hub_accept(source: Source, found: Path, link: Path) -> Path:
+def _check_fits(state: dict[str, Any], model: nn.Module, origin: str, name: str) -> None:
+    """Raise CorruptCheckpointError unless ``state`` loads into ``model`` (:func:`fit_state_dict`'s test)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # what a load would drop or keep is the load's to say
+            fit_state_dict(state, model, origin=origin)
+    except ValueError as error:
+        raise safe_load.CorruptCheckpointError(f"not the weights of {name or 'this model'}: {error}") from None
+
+
+def _hub_accept(source: Source, found: Path, link: Path, model: nn.Module | None, name: str) -> Path:
     """Check a file of the hub cache as a download would be; on success link it into our cache."""
     shown = f"{redact(source.resolve_url())} (in the Hugging Face cache: {found})"
     if source.size is not None and found.stat().st_size != source.size:
         raise DownloadError(f"{shown}: {found.stat().st_size} bytes, the manifest expects {source.size}")
     if source.sha256 or source.sha256_prefix:
         check_digest(shown, file_sha256(found), sha256=source.sha256, sha256_prefix=source.sha256_prefix)
-    check_checkpoint(found, origin=shown)
+    _checker(shown, model, name)(found)
     return storage.link_verified(found, link)
 
 
 def fetch(
-    entry: PretrainedEntry, *, progress: bool | None = None, timeout: float | None = None, max_bytes: int | None = None
+    entry: PretrainedEntry,
+    *,
+    progress: bool | None = None,
+    timeout: float | None = None,
+    max_bytes: int | None = None,
+    model: nn.Module | None = None,
 ) -> Path:
-    """The cached file of ``entry``, downloading its sources in order until one passes every check.
+    """The cached file of ``entry``, downloading its sources in order until one passes every check: given the
+    ``model`` it is for (one of ``entry.arch``, on any device, ``meta`` included), also that its weights load
+    into it, so that a source serving another architecture's weights is skipped and never cached.
 
     A hub source already in the Hugging Face cache (timm or transformers downloaded it) is used without any
     request, before anything is downloaded. ``timeout`` and ``max_bytes`` bound each plain-URL download
@@ -133,7 +156,7 @@ def fetch(
         try:
             found = hub.hub_file(source.hf_hub, source.filename, revision=source.revision, local_only=True)
             if found is not None:
-                return _hub_accept(source, found, path)
+                return _hub_accept(source, found, path, model, entry.name)
         except (DownloadError, *CHECK_ERRORS) as error:
             failures.append(_failure(redact(source.resolve_url()), error))
             done.add(index)
@@ -151,14 +174,14 @@ def fetch(
         try:
             if source.hf_hub is not None:
                 found = hub.hub_file(source.hf_hub, source.filename, revision=source.revision, progress=progress)
-                return _hub_accept(source, found, path)
+                return _hub_accept(source, found, path, model, entry.name)
             return download(
                 source.url,
                 path,
                 sha256=source.sha256,
                 sha256_prefix=source.sha256_prefix,
                 size=source.size,
-                check=_checker(shown),
+                check=_checker(shown, model, entry.name),
                 progress=progress,
                 timeout=timeout,
                 max_bytes=max_bytes,
@@ -278,11 +301,14 @@ def manifest_entry_for(name: str, pretrained: bool | str | os.PathLike) -> Pretr
     )
 
 
-def resolve(name: str, pretrained: bool | str | os.PathLike) -> tuple[Path, PretrainedEntry | None]:
-    """The local file ``pretrained`` designates for the architecture ``name`` (fetched if needed)."""
+def resolve(
+    name: str, pretrained: bool | str | os.PathLike, model: nn.Module | None = None
+) -> tuple[Path, PretrainedEntry | None]:
+    """The local file ``pretrained`` designates for the architecture ``name`` (fetched if needed; a manifest
+    entry's download checked against ``model`` when given, see :func:`fetch`)."""
     entry = manifest_entry_for(name, pretrained)
     if entry is not None:
-        return fetch(entry), entry
+        return fetch(entry, model=model), entry
     value = os.fspath(pretrained)
     return (fetch_url(value) if _is_url(value) else Path(value)), None
 
@@ -310,7 +336,7 @@ def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.Pat
         path, entry, checkpoint = None, None, pretrained
         origin = "the state dict given as pretrained="
     else:
-        path, entry = resolve(name, pretrained)
+        path, entry = resolve(name, pretrained, model)
         checkpoint = safe_load.load_file(path)
         origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     state = unwrap(checkpoint)

@@ -1,0 +1,52 @@
+"""A source serving another architecture's weights (a mirror out of date, a moved revision) is skipped before
+anything is cached, when the weights are fetched for a model: ``create_model(..., pretrained=TAG)`` and
+``swin download``. The right weights come from timm's swin_t; the wrong ones are a complete, finite Swin trunk of
+another width."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import swin
+from swin.tools.cli import main
+from swin.weights.pretrained import WeightsNotFoundError
+
+from .conftest import cache_files, safetensors_bytes, tiny_swin_state
+
+
+@pytest.fixture(scope="module")
+def timm_swin_t():
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224").eval()
+    image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(image)
+    return safetensors_bytes(model.state_dict()), image, logits
+
+
+def test_another_architectures_weights_are_skipped_and_never_cached(server, entries, swin_home, timm_swin_t):
+    body, image, logits = timm_swin_t
+    wrong = server.serve("/stale/model.safetensors", safetensors_bytes(tiny_swin_state()))
+    right = server.serve("/good/model.safetensors", body)
+    entries("mirrored", {"url": wrong}, {"url": right})
+    model = swin.create_model("swin_t", pretrained="mirrored").eval()
+    with torch.no_grad():
+        assert (model(image) - logits).abs().max().item() <= 1e-5
+    assert server.requests == ["/stale/model.safetensors", "/good/model.safetensors"]
+    (cached,) = cache_files(swin_home)
+    assert cached.read_bytes() == body
+
+    entries("stale_only", {"url": wrong})
+    with pytest.raises(WeightsNotFoundError, match="not the weights of swin_t.stale_only"):
+        swin.create_model("swin_t", pretrained="stale_only")
+    assert cache_files(swin_home) == [cached]
+
+
+def test_swin_download_checks_the_architecture_too(server, entries, swin_home, capsys):
+    entries("stale_cli", {"url": server.serve("/stale/model.safetensors", safetensors_bytes(tiny_swin_state()))})
+    assert main(["download", "swin_t.stale_cli"]) == 1
+    assert "not the weights of swin_t.stale_cli" in capsys.readouterr().err
+    assert cache_files(swin_home) == []
