@@ -7,26 +7,65 @@ from collections.abc import Mapping
 
 import torch
 
+from .checks import require_swin_trunk
 from .layouts import DETECTION_ORDER, LAYOUTS, Layout
 
-__all__ = ["convert", "export", "detect_layout", "unwrap"]
+__all__ = ["Unwrapped", "convert", "export", "detect_layout", "unwrap"]
 
 _WRAPPERS = ("model", "state_dict", "model_state", "module", "model_ema")
 # Prefixes that wrap a whole state dict: DDP's module., torch.compile's _orig_mod., a model/backbone attribute.
 _PREFIXES = ("module.", "_orig_mod.", "model.", "backbone.")
 # How deep a checkpoint may nest its state dict ({"model": {"state_dict": ...}}) before it is refused.
 _MAX_NESTING = 8
-# Keys of a Swin trunk in any supported layout; a detector's other parts (neck., rpn_head., ...) never match.
+# Keys of a Swin trunk in any supported layout. A two-stage detector's other parts (neck., rpn_head., ...)
+# never match; a DETR-style detector's transformer (encoder.layers.*) does.
 _TRUNK = re.compile(r"^(patch_embed|layers|stages|features|absolute_pos_embed|embeddings|encoder|swin)\.")
+_BACKBONE = "backbone."
 
 
-def unwrap(checkpoint: Mapping) -> dict[str, torch.Tensor]:
+class Unwrapped(dict):
+    """What :func:`unwrap` returns: the checkpoint's tensors by name, and in ``passthrough`` the names of
+    those that lay beside a detector's ``backbone.`` (neck, heads, a DETR transformer). Conversion neither
+    reads the layout from those nor renames them: they are kept as they are, and loading reports them as
+    keys the model does not have."""
+
+    passthrough: frozenset[str] = frozenset()
+
+
+def _forms_trunk(sd: Mapping[str, torch.Tensor]) -> bool:
+    """Whether ``sd`` (any supported layout) converts to a complete Swin trunk."""
+    try:
+        require_swin_trunk(_convert(sd, _layout(detect_layout(sd))), "the backbone")
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError):  # CorruptCheckpointError is a ValueError
+        return False
+    return True
+
+
+def _strip_backbone(tensors: dict[str, torch.Tensor]) -> Unwrapped:
+    """A detector checkpoint's trunk from under ``backbone.``, its other keys passed through; the tensors as
+    they are when the ``backbone.`` keys are no Swin trunk and other keys look like one."""
+    inside = {k[len(_BACKBONE) :]: v for k, v in tensors.items() if k.startswith(_BACKBONE)}
+    beside = {k: v for k, v in tensors.items() if not k.startswith(_BACKBONE)}
+    # The other keys cannot be mistaken for the trunk (neck., rpn_head.): the prefix goes, as it always has.
+    # Otherwise (a DETR's encoder.layers.*) only when the backbone is a whole Swin trunk of its own.
+    if inside and (not any(_TRUNK.match(k) for k in beside) or _forms_trunk(inside)):
+        out = Unwrapped(inside)
+        out.update({k: v for k, v in beside.items() if k not in inside})
+        out.passthrough = frozenset(k for k in beside if k not in inside)
+        return out
+    return Unwrapped(tensors)
+
+
+def unwrap(checkpoint: Mapping) -> Unwrapped:
     """The tensor mapping inside a checkpoint: ``{"model": sd}``, ``{"state_dict": sd}``, ``module.`` ...
 
-    A detector checkpoint (mmdetection, the official detection code) keeps the trunk under ``backbone.``
-    beside its neck and heads: the prefix is removed from the backbone's keys and the others are kept as
-    they are (loading reports them as keys the model does not have).
+    A detector checkpoint (mmdetection's two-stage and DETR-style detectors, the official detection code)
+    keeps the trunk under ``backbone.`` beside its neck, heads or detection transformer: the prefix is
+    removed from the backbone's keys and the others are kept as they are, in ``passthrough`` (conversion
+    leaves them alone; loading reports them as keys the model does not have).
     """
+    if isinstance(checkpoint, Unwrapped):
+        return checkpoint
     sd = checkpoint
     seen: set[int] = set()
     while isinstance(sd, Mapping) and not any(isinstance(v, torch.Tensor) for v in sd.values()):
@@ -48,15 +87,16 @@ def unwrap(checkpoint: Mapping) -> dict[str, torch.Tensor]:
     for prefix in _PREFIXES:
         if all(isinstance(k, str) and k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
-    backbone = [k for k in tensors if k.startswith("backbone.")]
-    if backbone and not any(_TRUNK.match(k) for k in tensors if not k.startswith("backbone.")):
-        tensors = {k.removeprefix("backbone."): v for k, v in tensors.items()}
-    return tensors
+    return _strip_backbone(tensors)
 
 
 def detect_layout(keys) -> str:
-    """Name of the layout whose signature the keys carry; "official" (ours) when none does."""
-    keys = list(keys)
+    """Name of the layout whose signature the keys carry; "official" (ours) when none does.
+
+    Keys an :func:`unwrap` result passes through (a detector's parts beside its backbone) are not read.
+    """
+    passthrough = getattr(keys, "passthrough", frozenset())
+    keys = [k for k in keys if k not in passthrough]
     for name in DETECTION_ORDER:
         if any(re.search(pattern, k) for pattern in LAYOUTS[name].signature for k in keys):
             return name
@@ -65,7 +105,10 @@ def detect_layout(keys) -> str:
 
 def _apply(sd: Mapping[str, torch.Tensor], rules, drop: str | None) -> dict[str, torch.Tensor]:
     out = {}
+    passthrough = getattr(sd, "passthrough", frozenset())
     for key, value in sd.items():
+        if key in passthrough:
+            continue
         if drop and re.search(drop, key):
             continue
         for pattern, replacement in rules:
@@ -85,13 +128,19 @@ def _layout(name: str) -> Layout:
 def convert(state_dict: Mapping, source: str = "auto") -> dict[str, torch.Tensor]:
     """Our (official) layout from a checkpoint of layout ``source`` ("auto" detects it from the keys).
 
-    ``source`` is one of "official", "timm", "torchvision", "transformers" (4.x and 5.x key names),
-    "mmdet" (mmdetection / mmsegmentation) or "auto". Wrappers (``model``, ``state_dict``, ``module.``,
-    ``backbone.``) are unwrapped and derived buffers (``relative_position_index``, ``attn_mask``) dropped.
-    Keys that are not part of a Swin trunk (a detector's neck, per-level ``norm0..3``) pass through.
+    ``source`` is one of "official", "timm", "torchvision", "transformers" (Swin and Swin V2, 4.x and 5.x
+    key names), "mmdet" (mmdetection / mmsegmentation) or "auto". Wrappers (``model``, ``state_dict``,
+    ``module.``, ``backbone.``) are unwrapped and derived buffers (``relative_position_index``, ``attn_mask``)
+    dropped. Keys that are not part of a Swin trunk (a detector's neck, heads or detection transformer,
+    per-level ``norm0..3``) pass through.
     """
     sd = unwrap(state_dict)
-    layout = _layout(detect_layout(sd) if source == "auto" else source)
+    out = _convert(sd, _layout(detect_layout(sd) if source == "auto" else source))
+    return out | {k: v for k, v in sd.items() if k in sd.passthrough and k not in out}
+
+
+def _convert(sd: Mapping[str, torch.Tensor], layout: Layout) -> dict[str, torch.Tensor]:
+    """The trunk keys of ``sd`` (not those it passes through) renamed and transformed into our layout."""
     out = _apply(sd, layout.to_ours, layout.drop)
     for transform in layout.to_ours_transforms:
         out = transform(out)
@@ -104,4 +153,6 @@ def export(state_dict: Mapping, target: str = "official") -> dict[str, torch.Ten
     if target != "official" and not layout.from_ours:
         exportable = [name for name, lay in LAYOUTS.items() if name == "official" or lay.from_ours]
         raise ValueError(f"export to {target!r} is not supported; export targets: {', '.join(exportable)}")
-    return _apply(unwrap(state_dict), layout.from_ours, layout.drop)
+    sd = unwrap(state_dict)
+    out = _apply(sd, layout.from_ours, layout.drop)
+    return out | {k: v for k, v in sd.items() if k in sd.passthrough and k not in out}

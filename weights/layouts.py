@@ -21,6 +21,7 @@ __all__ = [
     "BUFFER_KEYS",
     "DETECTION_ORDER",
     "merge_qkv",
+    "qv_bias_v2",
     "split_qkv_bias_v2",
     "unfold_to_official",
 ]
@@ -86,6 +87,21 @@ def merge_qkv(sd: StateDict) -> StateDict:
         if set(qkv) != {"q", "k", "v"}:
             raise ValueError(f"{key}: found only the {sorted(qkv)} projection(s); q, k and v are all needed")
         out[key] = torch.cat([qkv["q"], qkv["k"], qkv["v"]], dim=0)
+    return out
+
+
+def qv_bias_v2(sd: StateDict) -> StateDict:
+    """Swin V2 ``*.attn.q.bias`` and ``*.attn.v.bias`` (transformers) -> ``*.attn.q_bias`` and ``*.attn.v_bias``.
+
+    V2 attention (``logit_scale`` beside it) learns no k bias: transformers' key projection has none, and the
+    official layout keeps the other two as ``q_bias`` / ``v_bias`` beside a bias-free fused ``qkv``. Runs
+    before :func:`merge_qkv`, which then fuses the three weights. V1 attention keeps its three biases.
+    """
+    out = dict(sd)
+    for key in sd:
+        m = re.match(r"^(.*\.attn)\.([qv])\.bias$", key)
+        if m and f"{m.group(1)}.logit_scale" in sd and f"{m.group(1)}.k.bias" not in sd:
+            out[f"{m.group(1)}.{m.group(2)}_bias"] = out.pop(key)
     return out
 
 
@@ -162,10 +178,12 @@ TORCHVISION = Layout(
     signature=(r"^features\.0\.0\.",),
 )
 
-# Hugging Face transformers: SwinModel / SwinForImageClassification / SwinBackbone. ``save_pretrained``
-# writes the 4.x names (attention.self.query, intermediate.dense, ...) even in 5.x, whose in-memory
-# state_dict uses q_proj/k_proj/v_proj/o_proj and mlp.fc1/fc2; both read here.
-_HF = r"^(?:swin\.)?"
+# Hugging Face transformers: SwinModel / SwinForImageClassification / SwinBackbone, and their Swin V2
+# counterparts (Swinv2Model, ...: keys under swinv2., the V1 names plus logit_scale, continuous_position_bias_mlp
+# and q/v biases only). ``save_pretrained`` writes the 4.x names (attention.self.query, intermediate.dense, ...)
+# even in 5.x, whose in-memory V1 state_dict uses q_proj/k_proj/v_proj/o_proj and mlp.fc1/fc2; both read here.
+# V2's norms after attention and MLP are its layernorm_before / layernorm_after, as official V2's norm1 / norm2.
+_HF = r"^(?:swinv2\.|swin\.)?"
 TRANSFORMERS = Layout(
     name="transformers",
     to_ours=(
@@ -177,7 +195,8 @@ TRANSFORMERS = Layout(
         (r"^classifier\.", "head."),
         (r"\.layernorm_before\.", ".norm1."),
         (r"\.layernorm_after\.", ".norm2."),
-        (r"\.attention\.(?:self|relative_position_bias)\.(relative_position_bias_table)$", r".attn.\1"),
+        (r"\.attention\.(?:self|relative_position_bias)\.(relative_position_bias_table|logit_scale)$", r".attn.\1"),
+        (r"\.attention\.self\.continuous_position_bias_mlp\.", ".attn.cpb_mlp."),
         (r"\.attention\.self\.query\.", ".attn.q."),
         (r"\.attention\.self\.key\.", ".attn.k."),
         (r"\.attention\.self\.value\.", ".attn.v."),
@@ -186,7 +205,7 @@ TRANSFORMERS = Layout(
         (r"\.intermediate\.dense\.", ".mlp.fc1."),
         (r"\.blocks\.(\d+)\.output\.dense\.", r".blocks.\1.mlp.fc2."),
     ),
-    to_ours_transforms=(merge_qkv,),
+    to_ours_transforms=(qv_bias_v2, merge_qkv),
     signature=(r"embeddings\.patch_embeddings\.", r"\.layernorm_before\.", r"\.attention\.(self|q_proj)"),
 )
 

@@ -32,6 +32,30 @@ __all__ = [
 
 HF_DEFAULT_ENDPOINT = hub.DEFAULT_ENDPOINT
 _HEX = re.compile(r"[0-9a-fA-F]+")
+# A tag names a directory of the weights cache (weights/ARCH.TAG/): one safe path component.
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_TAG_RULE = "letters, digits, '_', '.' and '-' only, starting with a letter, digit or '_', and no '..'"
+
+
+def _tag_problem(tag: str) -> str | None:
+    """Why ``tag`` cannot name a cache directory, or None when it can."""
+    if _TAG.fullmatch(tag) and ".." not in tag:
+        return None
+    return f"the tag {tag!r} must hold {_TAG_RULE} (it names a directory of the weights cache), e.g. my_mirror"
+
+
+def _filename_problem(filename: str) -> str | None:
+    """Why ``filename`` (a hub file) cannot be placed in the cache, or None when it can: a relative path
+    inside the repository, each part a real name (``onnx/model.onnx`` is fine, ``../x`` and ``/x`` are not)."""
+    parts = filename.split("/")
+    awkward = "\\" in filename or "\0" in filename or re.match(r"^[A-Za-z]:", filename)
+    if not awkward and all(part not in ("", ".", "..") for part in parts):  # "" also refuses a leading "/"
+        return None
+    return (
+        f"filename {filename!r} must be a path relative to the repository root, '/'-separated, with no "
+        "absolute or drive prefix, no backslash, no empty, '.' or '..' parts (e.g. model.safetensors); "
+        "it is also the file's name in the weights cache"
+    )
 
 
 def _is_hex(value: Any, shortest: int, longest: int) -> bool:
@@ -66,6 +90,8 @@ class Source:
             raise ValueError(f"a source needs exactly one of url or hf_hub, got {self}")
         if self.hf_hub is not None and not self.filename:
             raise ValueError(f"hf_hub source {self.hf_hub!r} needs a filename (e.g. model.safetensors)")
+        if self.hf_hub is not None and (problem := _filename_problem(str(self.filename))):
+            raise ValueError(f"hf_hub source {self.hf_hub!r}: {problem}")
         if self.sha256 is not None and not _is_hex(self.sha256, 64, 64):
             raise ValueError(f"sha256 must be 64 hex digits (the file's full SHA-256) in quotes, got {self.sha256!r}")
         if self.sha256_prefix is not None and not _is_hex(self.sha256_prefix, 8, 64):
@@ -145,6 +171,8 @@ def _parse(name: str, fields: Any, origin: str) -> PretrainedEntry:
     arch_part, sep, tag = name.partition(".")
     if not sep or not tag:
         raise ValueError(f"{origin}: entry names are ARCH.TAG (e.g. swin_t.ms_in1k), got {name!r}")
+    if problem := _tag_problem(tag):
+        raise ValueError(f"{origin}: entry {name!r}: {problem}")
     arch = resolve_name(arch_part)
     fields = dict(fields)
     try:

@@ -62,8 +62,27 @@ def url_filename(url: str) -> str:
 
 
 def entry_path(entry_name: str, filename: str) -> Path:
-    """Cache path of one source file of a manifest entry (``swin_t.ms_in1k``)."""
-    return swin_home() / "weights" / entry_name / filename
+    """Cache path of one source file of a manifest entry (``swin_t.ms_in1k``).
+
+    The manifest refuses tags and file names that could leave the cache; this checks again, on the names
+    as joined, so that no other caller can write outside ``weights/ENTRY/`` either.
+
+    Raises:
+        ValueError: ``entry_name`` is not one plain path component, or ``filename`` leads out of the
+            entry's directory (an absolute path, ``..``).
+    """
+    entry_dir = swin_home() / "weights" / entry_name
+    path = entry_dir / filename
+    inside = os.path.normpath(os.path.abspath(entry_dir))
+    resolved = os.path.normpath(os.path.abspath(path))
+    single = entry_name not in ("", ".", "..") and os.path.basename(entry_name) == entry_name and "\\" not in entry_name
+    if not single or os.path.commonpath([inside, resolved]) != inside or resolved == inside:
+        raise ValueError(
+            f"manifest entry {entry_name!r} with file {filename!r} would be cached at {resolved}, outside its "
+            f"directory {swin_home() / 'weights'}/<entry>/; entry names and file names may not hold '..', "
+            "separators in the entry name or absolute paths - rename the entry or the file"
+        )
+    return path
 
 
 def url_path(url: str) -> Path:

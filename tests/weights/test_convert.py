@@ -70,6 +70,7 @@ def test_saved_buffers_do_not_make_a_timm_checkpoint_official():
     [
         ("swin.embeddings.patch_embeddings.projection.weight", "transformers"),
         ("encoder.layers.0.blocks.0.layernorm_before.weight", "transformers"),
+        ("swinv2.embeddings.patch_embeddings.projection.weight", "transformers"),
         ("stages.0.blocks.0.attn.w_msa.qkv.weight", "mmdet"),
         ("features.0.0.weight", "torchvision"),
         ("layers.0.downsample.reduction.weight", "official"),

@@ -248,3 +248,74 @@ def test_local_path_and_os_pathlike(tmp_path, image, timm_model, timm_logits):
     with torch.no_grad():
         assert _max_diff(model(image), timm_logits) <= TOL
     assert model.pretrained_cfg["file"] == os.fspath(path)
+
+
+# DINO / Deformable-DETR as mmdetection saves them: the Swin trunk under backbone., beside a detection
+# transformer whose keys (encoder.layers.*, decoder.layers.*, ffn.layers.*) look like a Swin trunk's.
+DETR_KEYS = {
+    "encoder.layers.0.self_attn.sampling_offsets.weight": (256, 256),
+    "encoder.layers.0.self_attn.attention_weights.weight": (128, 256),
+    "encoder.layers.0.self_attn.value_proj.weight": (256, 256),
+    "encoder.layers.0.self_attn.output_proj.weight": (256, 256),
+    "encoder.layers.0.ffn.layers.0.0.weight": (2048, 256),
+    "encoder.layers.0.ffn.layers.1.weight": (256, 2048),
+    "encoder.layers.0.norms.0.weight": (256,),
+    "decoder.layers.0.self_attn.attn.in_proj_weight": (768, 256),
+    "decoder.layers.0.cross_attn.sampling_offsets.weight": (256, 256),
+    "decoder.layers.0.ffn.layers.0.0.weight": (2048, 256),
+    "decoder.ref_point_head.layers.0.weight": (256, 512),
+    "decoder.norm.weight": (256,),
+    "level_embed": (5, 256),
+    "memory_trans_fc.weight": (256, 256),
+    "query_embedding.weight": (900, 256),
+    "neck.convs.0.conv.weight": (256, 192, 1, 1),
+    "bbox_head.cls_branches.0.weight": (80, 256),
+}
+
+
+def _detr_keys() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(4)
+    return {k: torch.randn(shape, generator=generator) for k, shape in DETR_KEYS.items()}
+
+
+def test_mmdet_dino_checkpoint(server, image, timm_model, official_from_timm):
+    """mmdetection's DINO: its trunk loads (timm's features), the transformer is reported as dropped."""
+    state = mmdet_swin_converter(official_from_timm) | _detr_keys()
+    checkpoint = {"meta": {"mmdet_version": "3.3.0"}, "state_dict": state}
+    url = server.serve("/mmdet/dino-4scale_swin-t.pth", torch_bytes(checkpoint))
+
+    with pytest.warns(UserWarning, match=r"dropped \d+ key\(s\) the model does not use: .*decoder\..*encoder\.") as rec:
+        classifier = swin.create_model("swin_t", pretrained=url).eval()
+    message = " ".join(str(r.message) for r in rec)
+    assert "head.weight" in message and "neck." in message
+    assert classifier.pretrained_cfg["layout"] == "mmdet"
+    with torch.no_grad():
+        expected = timm_model.forward_features(image).permute(0, 3, 1, 2)  # timm's features are NHWC
+        assert _max_diff(classifier.forward_features(image), expected) <= TOL
+
+
+def test_detr_keys_beside_an_official_backbone(official_from_timm):
+    """Official keys under backbone. beside a DETR transformer: the trunk is exactly the official one (its
+    layout read from the trunk alone: the transformer's ffn.layers are no sign of mmdetection's layout), the
+    transformer's keys pass through unrenamed."""
+    from swin.weights import unwrap
+
+    detr = _detr_keys()
+    checkpoint = {"model": {f"backbone.{k}": v for k, v in official_from_timm.items()} | detr}
+    state = unwrap(checkpoint)
+    assert detect_layout(state) == "official"
+    assert state.passthrough == set(detr)
+    converted = convert(checkpoint)
+    assert set(converted) == set(official_from_timm) | set(detr)
+    for key, value in official_from_timm.items():
+        assert torch.equal(converted[key], value), key
+    for key, value in detr.items():
+        assert converted[key] is value
+
+
+def test_backbone_that_is_no_swin_beside_encoder_keys_is_left_alone():
+    """A ``backbone.`` that is not a whole Swin trunk is not unwrapped when other keys look like a trunk."""
+    from swin.weights import unwrap
+
+    checkpoint = {"backbone.conv1.weight": torch.zeros(1), "encoder.layers.0.linear1.weight": torch.zeros(1)}
+    assert set(unwrap(checkpoint)) == set(checkpoint)
