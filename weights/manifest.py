@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..registry import resolve_name
+from ..registry import get_config, resolve_name
 from . import hub, storage
 from .download import redact
 
@@ -272,12 +272,20 @@ def has_tag(arch: str, tag: str) -> bool:
 
 
 def list_pretrained(pattern: str | None = None) -> list[str]:
-    """``ARCH.TAG`` names, sorted, filtered by a shell-style ``pattern`` (``swin_t`` alone means ``swin_t.*``)."""
+    """``ARCH.TAG`` names, sorted, filtered by a shell-style ``pattern`` (``swin_t`` alone means ``swin_t.*``) on
+    the name or on the same name with a timm alias of the architecture (``'swin_tiny*'`` finds ``swin_t.*``)."""
     _ensure_loaded()
     names = sorted(_entries)
-    if pattern is not None:
-        names = [n for n in names if fnmatch.fnmatch(n, pattern) or fnmatch.fnmatch(n, pattern + ".*")]
-    return names
+    if pattern is None:
+        return names
+
+    def spellings(name: str) -> list[str]:
+        entry = _entries[name]
+        return [name, *(f"{alias}.{entry.tag}" for alias in get_config(entry.arch).aliases)]
+
+    return [
+        n for n in names if any(fnmatch.fnmatch(s, pattern) or fnmatch.fnmatch(s, pattern + ".*") for s in spellings(n))
+    ]
 
 
 def entries() -> list[PretrainedEntry]:

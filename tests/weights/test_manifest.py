@@ -3,6 +3,7 @@ the official MODELHUB table (through the parameter counts it publishes)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -114,6 +115,21 @@ def test_tags_aliases_and_errors():
         manifest.register_pretrained({"swin_t.ms_in1k": {"sources": [{"url": "http://127.0.0.1/x.pth"}]}})
     with pytest.raises(ValueError, match="exactly one of url or hf_hub"):
         manifest.register_pretrained({"swin_t.bad": {"sources": [{}]}})
+
+
+def test_patterns_match_timm_names_too(capsys):
+    """``swin list --pretrained`` and ``swin download`` patterns find checkpoints by timm's names as well: every
+    tag timm publishes for swin_tiny_patch4_window7_224, as ours for swin_t."""
+    import timm
+
+    from swin.tools.cli import main
+
+    published = {name.split(".", 1)[1] for name in timm.list_pretrained("swin_tiny_patch4_window7_224.*")}
+    found = manifest.list_pretrained("swin_tiny_patch4*")
+    assert published <= {name.split(".", 1)[1] for name in found}
+    assert all(name.startswith("swin_t.") for name in found)
+    assert main(["list", "--pretrained", "swin_tiny_patch4*", "--format", "json"]) == 0
+    assert {row["name"] for row in json.loads(capsys.readouterr().out)} == set(found)
 
 
 def test_hub_url_follows_hf_endpoint(monkeypatch):
