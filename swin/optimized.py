@@ -177,7 +177,9 @@ class FrozenCompiled(nn.Module):
         # new torch.compile of the same model (its guards do not look at weight values); each build gets a
         # code object of its own, so its graphs are new, and are freed with it.
         run.__code__ = run.__code__.replace(co_name=f"frozen_swin_{next(_BUILDS)}")
-        self.compiled = torch.compile(run, mode=mode)
+        # One graph, or an error: after a graph break the frames dynamo resumes in are the model's own, shared
+        # by every build, and their graphs (with the weights frozen into them) would outlive a rebuild.
+        self.compiled = torch.compile(run, mode=mode, fullgraph=True)
 
     def forward(self, x: torch.Tensor) -> Any:
         import torch._inductor.config as inductor_config
@@ -297,7 +299,16 @@ class OptimizedModel(nn.Module):
                     with pinning_window_plans():
                         self.model(x[:1])
                 if first:  # the first call of a shape compiles it: under the lock
-                    out = compiled(x)
+                    try:
+                        out = compiled(x)
+                    except torch._dynamo.exc.Unsupported as error:
+                        self.refresh()
+                        raise RuntimeError(
+                            "swin.optimize: the model does not compile as one graph "
+                            f"({str(error).splitlines()[0]}), which frozen weights need so that a weight update "
+                            "reaches every compiled part; use compile=True (models holding modules of your own or "
+                            "hooks then run eager) or compile=False"
+                        ) from error
                     self.compile_seconds[key] = time.perf_counter() - start
             if not first:
                 out = compiled(x)
@@ -320,8 +331,8 @@ def optimize(
         dtype: ``"auto"`` (:func:`fastest_dtype`), ``"float32"``, ``"bfloat16"``, ``"float16"`` (CUDA) or a
             ``torch.dtype``.
         compile: ``True``: ``torch.compile`` with freezing, unless forward hooks or modules other than ours and
-            torch's are present (then eager, so they see every call); ``"force"``: compile anyway; ``False``:
-            eager in ``dtype``.
+            torch's are present (then eager, so they see every call); ``"force"``: compile anyway (as one
+            graph: a module that breaks it is an error); ``False``: eager in ``dtype``.
         mode: ``torch.compile`` mode (``None``, ``"max-autotune"``, ``"reduce-overhead"`` for CUDA graphs).
 
     Returns:

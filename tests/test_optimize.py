@@ -303,3 +303,25 @@ def test_copies_and_bad_input(monkeypatch):
         assert torch.equal(loaded(x), fast.model(x))
     with pytest.raises(TypeError, match="expected a torch.Tensor of images"):
         fast(x.numpy())
+
+
+def test_force_refuses_a_graph_break():
+    """Frozen weights need one graph: after a graph break dynamo resumes in the model's own frames, whose graphs
+    every rebuild would share, weights frozen in. A user's module that breaks the graph is an error under
+    compile='force' (compile=True runs such a model eager)."""
+
+    class Breaking(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            torch._dynamo.graph_break()
+            return self.inner(x)
+
+    model = swin.create_model("swin_t", depths=(1,), num_heads=(3,), num_classes=5)
+    model.head = Breaking(model.head)
+    fast = swin.optimize(model, dtype="float32", compile="force")
+    with pytest.raises(RuntimeError, match="does not compile as one graph"):
+        fast(torch.randn(1, 3, 64, 64))
+    assert fast._compiled is None
