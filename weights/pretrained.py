@@ -341,8 +341,8 @@ def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.Pat
         origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     state = unwrap(checkpoint)
     converted = convert(state, source="auto")
+    fitted = fit_state_dict(converted, model, origin=origin)  # first: its errors name a prefix in the way
     checks.check_state(converted, origin)  # as a download is checked: a complete trunk, finite weights
-    fitted = fit_state_dict(converted, model, origin=origin)
     model.load_state_dict(fitted, strict=False)
     info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}
     if entry is not None:
