@@ -15,6 +15,25 @@ from .trunk import SwinTrunk
 __all__ = ["SwinBackbone"]
 
 
+def stage_indices(out_indices: Sequence[int] | int, num_stages: int) -> tuple[int, ...]:
+    """``out_indices`` as timm reads them, in stage order (the order the maps come out in, and so of
+    ``out_channels``, ``strides`` and ``feature_info``): distinct stage indices, negative ones counted from the
+    last stage, or an int ``n`` for the last ``n`` stages."""
+    if isinstance(out_indices, int) and not isinstance(out_indices, bool):
+        if not 1 <= out_indices <= num_stages:
+            raise ValueError(f"out_indices={out_indices}: an int takes the last n stages, n in 1..{num_stages}")
+        return tuple(range(num_stages - out_indices, num_stages))
+    given = tuple(out_indices)
+    bad = [i for i in given if isinstance(i, bool) or not isinstance(i, int) or not -num_stages <= i < num_stages]
+    stages = sorted({i % num_stages for i in given if i not in bad})
+    if bad or not given or len(stages) != len(given):
+        raise ValueError(
+            f"out_indices must be distinct stage indices in 0..{num_stages - 1} (or -{num_stages}..-1 from the last), "
+            f"or an int n for the last n stages; got {given}"
+        )
+    return tuple(stages)
+
+
 class SwinBackbone(SwinTrunk):
     """Features of stages ``out_indices`` (strides 4/8/16/32, channels C/2C/4C/8C), each through its own
     LayerNorm ``norm{i}`` and returned as (B, C_i, ceil(H/s_i), ceil(W/s_i)), taken before patch merging.
@@ -26,7 +45,8 @@ class SwinBackbone(SwinTrunk):
 
     Args:
         config: the architecture (``swin.get_config("swin_b")``), fields overridable by ``**overrides``.
-        out_indices: which stages to return, in 0..num_stages-1; stages after the last one are not built.
+        out_indices: which stages to return, in 0..num_stages-1 (negative: from the last; an int n: the last n
+            stages), in stage order whatever the order given; stages after the last one are not built.
         frozen_stages: as mmdetection: -1 freezes nothing, 0 the patch embedding (and absolute position
             embedding), k >= 1 also stages 0..k-1 with their norms; frozen parts stay in eval mode.
         norm_eval: as mmdetection: keep batch-norm layers in eval mode while training (Swin itself has only
@@ -37,7 +57,7 @@ class SwinBackbone(SwinTrunk):
     def __init__(
         self,
         config: SwinConfig,
-        out_indices: Sequence[int] = (0, 1, 2, 3),
+        out_indices: Sequence[int] | int = (0, 1, 2, 3),
         frozen_stages: int = -1,
         norm_eval: bool = False,
         semantics: str = "detection",
@@ -45,10 +65,7 @@ class SwinBackbone(SwinTrunk):
     ):
         config = config.replace(**overrides) if overrides else config
         num_stages = len(config.depths)
-        out_indices = tuple(out_indices)
-        bad = [i for i in out_indices if not isinstance(i, int) or not 0 <= i < num_stages]
-        if bad or not out_indices or len(set(out_indices)) != len(out_indices):
-            raise ValueError(f"out_indices must be distinct stage indices in 0..{num_stages - 1}, got {out_indices}")
+        out_indices = stage_indices(out_indices, num_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f"frozen_stages must be in -1..{num_stages}, got {frozen_stages}")
         super().__init__(config.replace(num_classes=0), semantics, num_stages=max(out_indices) + 1)

@@ -52,7 +52,7 @@ def create_model(
     name: str,
     pretrained: bool | str | os.PathLike | Mapping = False,
     features_only: bool = False,
-    out_indices: Sequence[int] = (0, 1, 2, 3),
+    out_indices: Sequence[int] | int = (0, 1, 2, 3),
     checkpoint_path: str | os.PathLike | None = None,
     optimize: bool | str | Any = False,
     **overrides: Any,
@@ -71,7 +71,8 @@ def create_model(
             ``num_classes`` to its head's (21841 for ``ms_in22k``) unless ``num_classes`` is given.
         features_only: return a :class:`SwinBackbone` (multi-scale NCHW features, detection semantics)
             instead of the classifier.
-        out_indices: with ``features_only``, the stages to return (0..3); ``frozen_stages`` and
+        out_indices: with ``features_only``, the stages to return (0..3, negative from the last, or an int n
+            for the last n; returned in stage order); ``frozen_stages`` and
             ``norm_eval`` pass through to the backbone as well.
         checkpoint_path: a checkpoint file (any supported layout) loaded after ``pretrained``, as timm's
             ``checkpoint_path=``; its head must fit ``num_classes``.
@@ -80,12 +81,14 @@ def create_model(
             call). For a GPU, build the model, move it (``.cuda()``) and call ``swin.optimize`` on it.
         **overrides: any :class:`swin.registry.SwinConfig` field (``num_classes=10``, ``img_size=384``,
             ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier ``global_pool`` ("avg",
-            "max", "avgmax", "catavgmax", "").
+            "max", "avgmax", "catavgmax", ""). As in timm, an override given as ``None`` is left out.
 
     Raises:
         KeyError: unknown name (the message lists the closest registered names).
         TypeError: an override that is not a config field, or of the wrong type.
     """
+    # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
+    overrides = {key: value for key, value in overrides.items() if value is not None}
     arch, tag, pretrained = _split_tag(name, pretrained)
     canonical = resolve_name(arch)
     wanted = _check_pretrained(pretrained)

@@ -174,3 +174,23 @@ def test_absolute_position_embedding_interpolates():
     with torch.no_grad():
         levels = model(torch.randn(1, 3, 100, 140))
     assert levels[0].shape == (1, 96, 25, 35)
+
+
+@pytest.mark.parametrize("out_indices", [(3, 1), (-1, 0), 2])
+def test_out_indices_as_timm_reads_them_come_out_in_stage_order(out_indices):
+    """timm's spellings (negative indices, an int for the last n stages) select the stages timm selects; the
+    maps come out in stage order, as ``out_channels`` and ``feature_info`` say, so the FPN built from them runs
+    whatever order they were asked in."""
+    import timm
+
+    from swin.detection import SwinFPN
+
+    reference = timm.create_model(
+        "swin_tiny_patch4_window7_224", features_only=True, out_indices=out_indices, depths=(1, 1, 1, 1)
+    )
+    ours = swin.create_model("swin_t", features_only=True, out_indices=out_indices, depths=(1, 1, 1, 1)).eval()
+    assert ours.out_channels == sorted(reference.feature_info.channels()) == ours.feature_info.channels()
+    with torch.no_grad():
+        x = torch.randn(1, 3, 96, 128)
+        assert [level.shape[1] for level in ours(x)] == ours.out_channels
+        assert len(SwinFPN(ours)(x)) == len(ours.out_channels) + 1  # and the extra pooled level

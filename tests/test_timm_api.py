@@ -169,3 +169,15 @@ def test_checkpoint_path_loads_like_timm(tmp_path):
     assert ours.pretrained_cfg["file"] == str(path)
     with pytest.raises(FileNotFoundError, match="checkpoint_path"):
         swin.create_model("swin_t", checkpoint_path=tmp_path / "missing.pth")
+
+
+def test_options_given_as_none_are_left_out_as_timm_does():
+    """timm's train.py passes drop_path_rate, drop_block_rate, bn_momentum and bn_eps as None when unset; timm
+    drops them, and so does create_model: the model is the one built without them."""
+    import timm
+
+    unset = {"drop_path_rate": None, "drop_block_rate": None, "bn_momentum": None, "bn_eps": None}
+    timm.create_model("swin_tiny_patch4_window7_224", depths=(1, 1, 1, 1), **unset)  # timm takes them
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), **unset)
+    plain = swin.create_model("swin_t", depths=(1, 1, 1, 1))
+    assert model.config == plain.config

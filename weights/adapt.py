@@ -148,13 +148,21 @@ def fit_state_dict(
             fitted[key] = value
         elif key.startswith("head."):
             dropped.append(key)
-            if key == "head.weight":
+            if key == "head.weight" and value.shape[0] != target[0]:
                 notes.append(
                     f"the checkpoint's classifier has {value.shape[0]} classes and the model {target[0]}: the head "
                     f"keeps its initial values (pass num_classes={value.shape[0]} to load it, or train the new head)"
                 )
+            elif key == "head.weight":
+                notes.append(
+                    f"the checkpoint's classifier takes {value.shape[1]} features and the model's {target[1]} "
+                    "(global_pool='catavgmax' doubles them): the head keeps its initial values"
+                )
         else:
             mismatched.append(f"{key}: checkpoint {tuple(value.shape)} vs model {tuple(target)}")
+    if any(key.startswith("head.") for key in dropped):  # a classifier loads whole or not at all
+        dropped += [key for key in fitted if key.startswith("head.")]
+        fitted = {key: value for key, value in fitted.items() if not key.startswith("head.")}
     missing = [key for key in own if key not in state_dict]
     mismatched += [f"{key}: not in the checkpoint" for key in missing if _TRUNK.match(key)]
     if mismatched:

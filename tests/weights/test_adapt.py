@@ -129,6 +129,19 @@ def test_other_num_classes_drops_the_head_with_a_warning(tmp_path, official_w7):
     assert torch.equal(model.state_dict()[key], official_w7[key])
 
 
+def test_a_head_that_half_fits_is_not_half_loaded(tmp_path, official_w7):
+    """With global_pool='catavgmax' the classifier takes 2C features: the checkpoint's 1000-class weight no
+    longer fits, and its bias (which would) must not be loaded alone (timm refuses such a head outright)."""
+    path = tmp_path / "w.pth"
+    state = {**official_w7, "head.bias": torch.ones(1000)}  # a trained bias (an initial one is zero)
+    path.write_bytes(torch_bytes({"model": state}))
+    with pytest.warns(UserWarning, match=r"takes 768 features and the model's 1536") as record:
+        model = swin.create_model("swin_t", global_pool="catavgmax", pretrained=path)
+    assert "head.bias" in str(record[0].message) and "head.weight" in str(record[0].message)
+    assert model.head.weight.shape == (1000, 1536)
+    assert not model.head.bias.detach().eq(1).any()
+
+
 def _shapes_of(name: str) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         model = swin.create_model(name)
