@@ -162,7 +162,7 @@ def test_bad_input(backbone, make, error, pattern):
         make(backbone)
 
 
-@pytest.mark.parametrize("out_indices", [(0, 4), (-1,), (), (1, 1)])
+@pytest.mark.parametrize("out_indices", [(0, 4), (-5,), (), (1, 1), (-1, 3)])
 def test_bad_out_indices(out_indices):
     with pytest.raises(ValueError, match="out_indices must be distinct stage indices in 0..3"):
         swin.create_model("swin_t", features_only=True, out_indices=out_indices)
