@@ -32,6 +32,18 @@ class WindowAttentionBase(nn.Module):
     def position_bias(self) -> torch.Tensor:
         raise NotImplementedError
 
+    def derived_buffers(self) -> dict[str, torch.Tensor]:
+        """The buffers derived from the window alone (never saved), as built (timm's name for rebuilding them:
+        ``init_non_persistent_buffers``)."""
+        return {"relative_position_index": relative_position_index(self.window)}
+
+    @torch.no_grad()
+    def init_non_persistent_buffers(self) -> None:
+        """Compute the derived buffers again in place, on their device: after ``to_empty()`` of a model built on
+        the ``meta`` device they hold whatever memory held (``load_state_dict`` does not carry them)."""
+        for name, value in self.derived_buffers().items():
+            getattr(self, name).copy_(value)
+
     def attention_bias(self, mask: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor:
         """Position bias plus shift mask as one additive tensor in ``dtype`` (None: as computed, the
         parameters' dtype), as :func:`window_sdpa` takes it: (1, heads, N, N) without a mask,

@@ -77,6 +77,11 @@ class WindowAttentionV2(WindowAttentionBase):
         self.register_buffer("relative_coords_table", coords, persistent=False)
         self.register_buffer("relative_position_index", relative_position_index(self.window), persistent=False)
 
+    def derived_buffers(self) -> dict[str, torch.Tensor]:
+        return super().derived_buffers() | {
+            "relative_coords_table": log_spaced_coords(self.window, self.pretrained_window)
+        }
+
     def position_bias(self) -> torch.Tensor:
         """(heads, N, N) continuous position bias, 16 * sigmoid(MLP(coords)) gathered per query/key pair."""
         n = self.window[0] * self.window[1]

@@ -78,7 +78,9 @@ def analytic_macs(model: SwinTransformer, img_size: int | Sequence[int], padded:
     # LayerNorm elements, as the official code counts every norm. (The official flops() counts this one as
     # num_features * H * W / 2**num_layers, four times the tokens that reach it: 0.0001 G for swin_t.)
     parts["norm"] = model.num_features * h * w
-    parts["head"] = model.head.in_features * model.head.out_features if isinstance(model.head, nn.Linear) else 0
+    head = model.head.in_features * model.head.out_features if isinstance(model.head, nn.Linear) else 0
+    # Without pooling (global_pool="") the classifier scores every position of the last map.
+    parts["head"] = head * (h * w if getattr(model, "global_pool", "avg") == "" else 1)
     parts["total"] = sum(parts.values())
     return parts
 
@@ -222,6 +224,17 @@ def flops(
     if measure:
         measured, per_module, measured_on = _measure(model_or_name, model, size, window_size, semantics)
 
+    # Swin V2's position bias MLP runs once per window size, not per token: the official flops() formulas
+    # leave it out, so every measured figure here does too (its MACs are reported as
+    # check.position_bias_mlp_macs).
+    def position_mlp(prefix: str) -> int:
+        return sum(v for k, v in per_module.items() if k.startswith(prefix) and k.endswith(".attn.cpb_mlp"))
+
+    if measure:
+        measured_mlp = position_mlp("")
+        per_module = {k: v - position_mlp(k + ".") for k, v in per_module.items() if not k.endswith(".cpb_mlp")}
+        measured -= measured_mlp
+
     stages = []
     for i, ((h, w), stage) in enumerate(zip(model.stage_sizes(*size), model.layers, strict=True)):
         attention = stage.attention_macs(h, w)
@@ -250,10 +263,7 @@ def flops(
         "msa": ideal["total"] - sum(s["wmsa_macs"] for s in stages) + sum(s["msa_macs"] for s in stages),
         "measured": measured,
     }
-    # Swin V2's position bias MLP runs once per window size, not per token: the official flops() formulas
-    # leave it out, so the comparison does too (it is reported under check.position_bias_mlp_macs).
-    position_mlp = sum(v for k, v in per_module.items() if k.endswith(".attn.cpb_mlp"))
-    gap = None if measured is None else (measured - position_mlp) / macs["analytic"] - 1
+    gap = None if measured is None else measured / macs["analytic"] - 1
     parts = []
     for key in [k for k in padded if k != "total"]:
         label = f"stage {int(key.split('.')[1]) + 1}" if key.startswith("layers.") else key
@@ -279,7 +289,7 @@ def flops(
             "gap": gap,
             "tolerance": TOLERANCE,
             "ok": None if gap is None else abs(gap) <= TOLERANCE,
-            "position_bias_mlp_macs": position_mlp if measure else None,
+            "position_bias_mlp_macs": measured_mlp if measure else None,
             "measured_on": measured_on,
         },
         "parts": parts,

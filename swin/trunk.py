@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .layers.block_v2 import SwinBlockV2
 from .layers.execution import image_chunks, run_in_image_chunks
 from .layers.linear_kernel import linear_kernels
 from .layers.patch_embed import PatchEmbed
@@ -79,10 +80,24 @@ class SwinTrunk(nn.Module):
             )
 
     def init_weights(self) -> None:
-        """The official initialisation: truncated normal (std 0.02) for linears and embeddings."""
+        """The official initialisation: truncated normal (std 0.02) for linears and embeddings; Swin V2's
+        res-post-norms at zero (its ``_init_respostnorm``, as timm), so that each block starts as the identity."""
         self.apply(self._init_module)
         if self.absolute_pos_embed is not None:
             nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
+        for module in self.modules():
+            if isinstance(module, SwinBlockV2):
+                for norm in (module.norm1, module.norm2):
+                    nn.init.zeros_(norm.weight)
+                    nn.init.zeros_(norm.bias)
+
+    def init_non_persistent_buffers(self) -> None:
+        """Rebuild the buffers derived from the architecture (position indices and coordinates, never saved),
+        as timm's method of the name: after building on the ``meta`` device, ``to_empty()`` and
+        ``load_state_dict``, call this before the first forward."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "init_non_persistent_buffers"):
+                module.init_non_persistent_buffers()
 
     @staticmethod
     def _init_module(module: nn.Module) -> None:

@@ -203,3 +203,12 @@ def test_no_measure():
     r = swin.flops("swin_t", measure=False)
     assert r["macs"]["measured"] is None and r["flops"]["measured"] is None and r["check"]["ok"] is None
     assert round(r["macs"]["analytic"] / 1e9, 1) == 4.5
+
+
+def test_a_classifier_without_pooling_scores_every_position():
+    """``global_pool=""``: the head runs at each position of the last map (timm's per-token logits), and the
+    analytic count says so, as torch's FLOP counter measures (a 21841-class head at 512 is 4.3 GMACs)."""
+    with torch.device("meta"):
+        model = swin.create_model("swin_t", num_classes=21841, global_pool="")
+    report = swin.flops(model, 512)
+    assert report["check"]["ok"], report["check"]

@@ -41,3 +41,15 @@ def test_v2_patch_merging_norms_the_2c_outputs():
     assert PatchMerging(c).macs(h, w) - PatchMergingV2(c).macs(h, w) == h * w * c // 2
     x = torch.randn(1, 7, 9, c)
     assert PatchMergingV2(c)(x).shape == (1, 4, 5, 2 * c)
+
+
+def test_stage_rows_leave_the_position_mlp_out_as_the_total_does():
+    """Measured per stage as in total: without V2's position bias MLP (once per window size; the official
+    formulas leave it out), so each stage's measured attention is the official W-MSA count exactly and the MLP
+    is reported on its own (225 table entries x (2x512 + 512 x heads) MACs per block, for window 8)."""
+    report = swin.flops("swinv2_t_w8")
+    stages = report["stages"]
+    assert [s["wmsa_macs_measured"] for s in stages] == [s["wmsa_macs_padded"] for s in stages]
+    config = swin.get_config("swinv2_t_w8")
+    expected = sum(d * 15 * 15 * (2 * 512 + 512 * h) for d, h in zip(config.depths, config.num_heads, strict=True))
+    assert report["check"]["position_bias_mlp_macs"] == expected

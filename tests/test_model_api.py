@@ -86,3 +86,27 @@ def test_override_with_wrong_type(override, pattern):
 def test_inconsistent_heads():
     with pytest.raises(ValueError, match="not divisible by num_heads"):
         swin.create_model("swin_t", num_heads=(5, 6, 12, 24))
+
+
+@pytest.mark.parametrize("name", ["swin_t", "swinv2_t_w8"])
+def test_built_on_meta_then_loaded_computes_like_timm(name):
+    """A model built on the meta device, ``to_empty()`` and loaded has garbage in the buffers a checkpoint does
+    not carry (position indices and coordinates); ``init_non_persistent_buffers()`` (timm's name) rebuilds them,
+    and the model then computes timm's logits for the same weights."""
+    import timm
+
+    from swin.weights import convert
+
+    torch.manual_seed(0)
+    reference = timm.create_model(swin.get_config(name).aliases[0], depths=(1, 1, 1, 1)).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():  # off the initial values (V2's post-norms start at zero)
+            parameter.add_(0.02 * torch.randn_like(parameter))
+    with torch.device("meta"):
+        ours = swin.create_model(name, depths=(1, 1, 1, 1))
+    ours = ours.to_empty(device="cpu").eval()
+    ours.load_state_dict(convert(reference.state_dict(), source="timm"))
+    ours.init_non_persistent_buffers()
+    x = torch.randn(1, 3, *swin.get_config(name).img_size)
+    with torch.no_grad():
+        assert (ours(x) - reference(x)).abs().max().item() <= 1e-4

@@ -38,6 +38,25 @@ def test_matches_torchvision(name):
         assert (ours(x) - reference(x)).abs().max().item() <= TOLERANCE
 
 
+@pytest.mark.parametrize("size,semantics", [((448, 448), "classification"), ((232, 232), "detection")])
+def test_torchvision_at_other_sizes(size, semantics):
+    """torchvision pads before the roll (our detection semantics) and turns the shift off where one window
+    covers a map (our classification semantics): where maps are window multiples the classifier's rules give
+    its outputs, where no map fits in one window the detection rules do (README, "Semantics at unusual
+    sizes"). Weights moved off their initial values, so that a misplaced shift shows."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    reference = torchvision.models.swin_t().eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    ours = swin.create_model("swin_t", semantics=semantics).eval()
+    ours.load_state_dict(convert(reference.state_dict(), source="torchvision"))
+    x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (ours(x) - reference(x)).abs().max().item() <= TOLERANCE
+
+
 @pytest.mark.parametrize("size", [(224, 320), (224, 448)])
 def test_non_square_matches_timm_built_for_that_size(size):
     # 224x320: stage maps are not window multiples (padding); 224x448: stage 4 is 7x14, so only the

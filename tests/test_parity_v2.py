@@ -176,3 +176,18 @@ def test_config_validation():
     with pytest.raises(ValueError, match="one entry per stage"):
         swin.get_config("swinv2_t_w8").replace(pretrained_window_sizes=(12, 12, 6))
     assert swin.get_config("swinv2_b_w12to24_384").pretrained_window_sizes == (12, 12, 12, 6)
+
+
+def test_initialisation_starts_post_norms_at_zero_as_timm():
+    """Official V2 (``_init_respostnorm``) and timm start every block's res-post-norms at zero, so that each
+    residual block begins as the identity: training from scratch depends on it."""
+    import timm
+
+    reference = timm.create_model("swinv2_tiny_window8_256", depths=(1, 1, 1, 1))
+    ours = swin.create_model("swinv2_t_w8", depths=(1, 1, 1, 1))
+    theirs = dict(reference.named_parameters())
+    mine = convert(dict(reference.named_parameters()), source="timm")
+    for name, parameter in ours.named_parameters():
+        if ".norm1." in name or ".norm2." in name:
+            assert torch.equal(parameter, mine[name]), name
+    assert any(".norm1." in name and not bool(value.any()) for name, value in theirs.items())

@@ -147,6 +147,12 @@ def _table(report: dict, units: _Units) -> str:
     out.append(
         f"with global MSA in every block: {units.g(macs['msa'])} G{units.name} ({macs['msa'] / macs['ideal']:.2f}x)"
     )
+    mlp = report["check"]["position_bias_mlp_macs"]
+    if mlp:
+        out.append(
+            f"Swin V2 position bias MLP: {units.g(mlp)} G{units.name} measured (once per window size, not per "
+            "token), left out of the measured figures, as the official count leaves it out"
+        )
     out.append(_verdict(report))
     return "\n".join(out)
 
