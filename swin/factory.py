@@ -114,7 +114,9 @@ def create_model(
         config = get_config(canonical).replace(**overrides)
         model = SwinTransformer.from_config(config, **head_args)
     if named is not None:
-        model.pretrained_cfg = {"name": named.name, "file": None, **named.data_config()}
+        from .weights.data_config import record_loaded
+
+        record_loaded(model, {"name": named.name, "file": None, **named.data_config()})
     if wanted or checkpoint_path is not None:
         from .weights.pretrained import load_pretrained
 

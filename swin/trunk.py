@@ -187,9 +187,11 @@ class SwinTrunk(nn.Module):
         return pretrained_cfg(self)
 
     @pretrained_cfg.setter
-    def pretrained_cfg(self, loaded: dict | None) -> None:
-        # The loader records what it loaded (file, layout, tag and its preprocessing); the rest is derived.
-        self._loaded_cfg = dict(loaded) if loaded else None
+    def pretrained_cfg(self, values: dict | None) -> None:
+        # Your values, kept over the derived ones (the loader records what it loaded elsewhere).
+        from .weights.data_config import set_pretrained_cfg
+
+        set_pretrained_cfg(self, values)
 
     @property
     def default_cfg(self) -> dict:

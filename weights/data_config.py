@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
@@ -41,50 +43,198 @@ def data_config(model_or_name: nn.Module | str) -> dict[str, Any]:
 
 
 def pretrained_cfg(model: nn.Module) -> dict[str, Any]:
-    """``model.pretrained_cfg``, in timm's key names: what was loaded (recorded by the loader or by
-    ``create_model("ARCH.TAG")``), else the architecture's default tag at the model's own ``img_size``.
+    """``model.pretrained_cfg``, in timm's key names, computed on every access (never stale).
 
-    Computed on every access from the model's config and the record of what was loaded, so it can never
-    disagree with the model (timm's ``resolve_model_data_config`` reads it).
+    ``input_size`` is the model's own (``in_chans``, ``img_size``), ``num_classes`` its head's as it is now and
+    ``labels`` the weights' class names only while the head still has their classes; the preprocessing
+    (``mean``, ``std``, ``crop_pct``, ``crop_mode``, ``interpolation``, and the resize it implies) is the one of
+    the tag that was loaded (recorded by the loader or by ``create_model("ARCH.TAG")``), else of the
+    architecture's default tag. timm's ``resolve_model_data_config`` reads it.
+
+    Your values win: ``model.pretrained_cfg = {"mean": ..., "crop_pct": 1.0}`` replaces the values you set
+    before, and an edit of the returned dict (``cfg["crop_pct"] = 1.0``, ``cfg.update(...)``) is kept on the
+    model as timm's plain dict keeps it; deleting a key from it drops your value and the derived one returns.
+    A value equal to what the model reports when it is set is not pinned: ``model.pretrained_cfg =
+    {**model.pretrained_cfg, "mean": m}`` pins ``mean`` only, and ``num_classes`` still follows a later
+    ``reset_classifier``.
     """
+    derived = _derived(model)
+    pinned = _pinned(model)
+    cfg = {**derived, **pinned}
+    if "resize_size" not in pinned and ("input_size" in pinned or "crop_pct" in pinned):
+        cfg["resize_size"] = _resize_size(cfg["input_size"], cfg["crop_pct"], _origin(model)[0])
+    return PretrainedCfg(model, cfg)
+
+
+def record_loaded(model: nn.Module, record: Mapping[str, Any] | None) -> None:
+    """What the loader (or ``create_model("ARCH.TAG")``) records about the weights: ``file``, ``layout``,
+    ``name``/``tag`` and the tag's :meth:`~swin.weights.manifest.PretrainedEntry.data_config`. Only the
+    provenance and preprocessing of it are reported; sizes, classes and labels come from the model."""
+    setattr(model, _RECORD, dict(record) if record else None)
+
+
+class PretrainedCfg(dict):
+    """What ``model.pretrained_cfg`` returns: a dict of the current values whose edits are kept on the model
+    (as your values, see :func:`pretrained_cfg`). A copy (``dict(cfg)``, ``copy.copy``, pickle) is a plain dict."""
+
+    def __init__(self, model: nn.Module, values: Mapping[str, Any]) -> None:
+        super().__init__(values)
+        self._model = weakref.ref(model)
+
+    def __reduce__(self):
+        return dict, (dict(self),)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._set({key: value})
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._set(dict(*args, **kwargs))
+
+    def __ior__(self, other: Mapping[str, Any]) -> PretrainedCfg:
+        self._set(dict(other))
+        return self
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self._set({key: default})
+        return self[key]
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._unset([key])
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key not in self:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        value = self[key]
+        self._unset([key])
+        return value
+
+    def popitem(self) -> tuple[str, Any]:
+        if not self:
+            raise KeyError("popitem(): pretrained_cfg is empty")
+        key = next(reversed(self))
+        item = (key, self[key])
+        self._unset([key])
+        return item
+
+    def clear(self) -> None:
+        self._unset(list(self))
+
+    def _set(self, values: dict[str, Any]) -> None:
+        model = self._model()
+        if model is None:  # the model is gone: an ordinary dict
+            dict.update(self, values)
+            return
+        derived = _derived(model)
+        pinned = dict(_pinned(model))
+        for key, value in values.items():
+            if key in derived and _same(value, derived[key]):
+                pinned.pop(key, None)
+            else:
+                pinned[key] = value
+        setattr(model, _USER, pinned or None)
+        self._refresh(model)
+
+    def _unset(self, keys: list[str]) -> None:
+        model = self._model()
+        if model is None:
+            for key in keys:
+                dict.pop(self, key, None)
+            return
+        pinned = {k: v for k, v in _pinned(model).items() if k not in keys}
+        setattr(model, _USER, pinned or None)
+        self._refresh(model)
+
+    def _refresh(self, model: nn.Module) -> None:
+        dict.clear(self)
+        dict.update(self, pretrained_cfg(model))
+
+
+# Where a model keeps them: the loader's record, and what you set (``model.pretrained_cfg = {...}``).
+_RECORD = "_weights_record"
+_USER = "_loaded_cfg"
+_MISSING = object()
+
+
+def _derived(model: nn.Module) -> dict[str, Any]:
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError(f"expected a model name or a swin model, got {type(model).__name__}")
-    loaded = dict(getattr(model, "_loaded_cfg", None) or {})
-    if "input_size" in loaded:
-        base = {k: loaded[k] for k in _keys() if k in loaded}
-        entry_name = loaded.get("name")
-    else:
-        base, entry_name = _from_config(config)
+    origin, record = _origin(model)
     height, width = config.img_size
+    num_classes = getattr(model, "num_classes", config.num_classes)
     stride = config.patch_size * 2 ** (len(config.depths) - 1)
-    tag = entry_name.split(".", 1)[1] if entry_name else None
-    return {
+    input_size = (config.in_chans, height, width)
+    name = origin.get("name")
+    derived = {
         "architecture": config.name,
-        "tag": tag,
-        **base,
+        "tag": name.split(".", 1)[1] if name else None,
+        "input_size": input_size,
+        **{k: origin[k] for k in _PREPROCESSING},
+        "resize_size": _resize_size(input_size, origin["crop_pct"], origin),
+        "num_classes": num_classes,
+        "labels": origin.get("labels") if num_classes == origin.get("num_classes") else None,
         "pool_size": (-(-height // stride), -(-width // stride)),
         "first_conv": "patch_embed.proj",
         "classifier": "head",
-        **{k: v for k, v in loaded.items() if k not in base},
     }
+    # the provenance the loader recorded (file, layout, name, tag), never the tag's sizes or classes
+    derived.update({k: v for k, v in record.items() if k not in _keys()})
+    return derived
 
 
-def _from_config(config) -> tuple[dict[str, Any], str | None]:
-    """The default tag's preprocessing at the config's image size (ImageNet statistics without a tag)."""
+def _origin(model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the preprocessing and head of the weights: the recorded tag's, else the default tag's, else ImageNet
+    statistics; the loader's record)."""
+    record = dict(getattr(model, _RECORD, None) or {})
+    if all(k in record for k in _PREPROCESSING) and "input_size" in record:
+        return record, record
     try:
-        entry = manifest.get_entry(config.name)
+        entry = manifest.get_entry(model.config.name)
     except KeyError:  # an architecture without pretrained weights
-        base, labels, name = {**_FALLBACK, "input_size": None}, None, None
-    else:
-        base = entry.data_config()
-        labels = entry.labels if entry.num_classes == config.num_classes else None
-        name = entry.name
-    height, width = config.img_size
-    if base["input_size"] is None or tuple(base["input_size"][1:]) != (height, width):
-        base["resize_size"] = int(min(height, width) / base["crop_pct"])
-    base.update(input_size=(config.in_chans, height, width), num_classes=config.num_classes, labels=labels)
-    return base, name
+        return {**_FALLBACK, "input_size": None, "num_classes": None}, record
+    return {"name": entry.name, **entry.data_config()}, record
+
+
+def _resize_size(input_size: Any, crop_pct: float, origin: Mapping[str, Any]) -> int:
+    """The shorter side before the crop: the weights' own at their size and crop, else timm's floor(size / crop)."""
+    height, width = tuple(input_size)[-2:]
+    own = origin.get("input_size")
+    if own is not None and tuple(own)[-2:] == (height, width) and crop_pct == origin["crop_pct"]:
+        return origin["resize_size"]
+    return int(min(height, width) / crop_pct)
+
+
+def _pinned(model: nn.Module) -> Mapping[str, Any]:
+    """Your values (those that differed from what the model reported when you set them)."""
+    return getattr(model, _USER, None) or {}
+
+
+def set_pretrained_cfg(model: nn.Module, values: Mapping[str, Any] | None) -> None:
+    """``model.pretrained_cfg = values``: keep the values that differ from what the model reports now (so that
+    assigning back a copy with one change pins that one only); None forgets them all."""
+    derived = _derived(model)
+    pinned = {k: v for k, v in (values or {}).items() if not _same(v, derived.get(k, _MISSING))}
+    setattr(model, _USER, pinned or None)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, a list equal to a tuple included (a config read from JSON or YAML)."""
+    if isinstance(a, list):
+        a = tuple(a)
+    if isinstance(b, list):
+        b = tuple(b)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 (a value whose == does not answer a bool, e.g. a tensor)
+        return False
+
+
+_PREPROCESSING = ("interpolation", "mean", "std", "crop_pct", "crop_mode")
 
 
 def _keys() -> tuple[str, ...]:

@@ -347,5 +347,7 @@ def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.Pat
     info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}
     if entry is not None:
         info.update(name=entry.name, tag=entry.tag, **entry.data_config())
-    model.pretrained_cfg = info
+    from .data_config import record_loaded  # not the pretrained_cfg setter: that holds the user's values
+
+    record_loaded(model, info)
     return model

@@ -1,0 +1,166 @@
+"""``model.pretrained_cfg``: sizes, classes and labels follow the model as it is now, the preprocessing is the
+tag's, and values the user sets (by assignment or by editing the returned dict) are kept, as timm keeps them.
+
+Expectations come from timm (its registered configs and its data helpers on its own models) and from the
+manifest's published entries; the loopback tag is registered here with its own preprocessing.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+import torch
+
+import swin
+from swin.weights import manifest
+from swin.weights.data_config import create_transform
+
+from .conftest import safetensors_bytes, tiny_swin_state
+
+timm = pytest.importorskip("timm")
+from timm.data import create_transform as timm_transform  # noqa: E402
+from timm.data import resolve_data_config, resolve_model_data_config  # noqa: E402
+from timm.models import get_pretrained_cfg  # noqa: E402
+
+SMALL = {"depths": (1, 1, 1, 1)}  # the preprocessing does not depend on depth
+TIMM_T = "swin_tiny_patch4_window7_224"
+TINY = {"depths": (1, 1, 1, 1), "embed_dim": 8, "num_heads": (1, 1, 1, 1), "window_size": 2}  # tiny_swin_state's
+LOOP = {  # a tag's published preprocessing, unlike ImageNet's so that a fallback would show
+    "num_classes": 10,
+    "labels": "imagenet-1k",
+    "input_size": [3, 32, 32],
+    "crop_pct": 1.0,
+    "interpolation": "bilinear",
+    "mean": [0.5, 0.5, 0.5],
+    "std": [0.25, 0.25, 0.25],
+}
+
+
+def _image():
+    from PIL import Image
+
+    pixels = torch.randint(0, 256, (300, 400, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    return Image.fromarray(pixels.numpy())
+
+
+def _same_transform(ours_model, timm_config) -> None:
+    """Our evaluation transform for the model gives timm's for ``timm_config`` (resize, crop, normalisation)."""
+    image = _image()
+    ours = create_transform(swin.data_config(ours_model))
+    torch.testing.assert_close(ours(image), timm_transform(**timm_config)(image))
+
+
+# -- defect 1: what the model is now, not what the tag was ------------------------------------------------------
+
+
+def test_tag_in_the_name_describes_the_model_as_built():
+    model = swin.create_model("swin_t.ms_in22k", img_size=384, num_classes=10, in_chans=1, **SMALL)
+    tag_cfg = get_pretrained_cfg(f"{TIMM_T}.ms_in22k").to_dict()
+    expected = resolve_data_config(args={"in_chans": 1, "img_size": 384}, pretrained_cfg=tag_cfg)
+    assert expected["input_size"] == (1, 384, 384)
+    assert resolve_model_data_config(model) == expected
+    cfg = model.pretrained_cfg
+    assert cfg["input_size"] == (1, 384, 384) and cfg["num_classes"] == 10 and cfg["labels"] is None
+    assert cfg["tag"] == "ms_in22k" and cfg["pool_size"] == (12, 12)
+    _same_transform(model, expected)
+
+
+def test_reset_classifier_updates_classes_and_labels():
+    entry = manifest.get_entry("swin_t.ms_in22k")
+    model = swin.create_model("swin_t.ms_in22k", **SMALL)
+    tag_cfg = get_pretrained_cfg(f"{TIMM_T}.ms_in22k").to_dict()
+    assert model.pretrained_cfg["num_classes"] == tag_cfg["num_classes"] == entry.num_classes
+    assert model.pretrained_cfg["labels"] == entry.labels == "imagenet-22k"
+
+    model.reset_classifier(10)
+    assert model.pretrained_cfg["num_classes"] == 10 and model.pretrained_cfg["labels"] is None
+    assert swin.data_config(model)["num_classes"] == 10
+    assert resolve_model_data_config(model) == resolve_data_config(pretrained_cfg=tag_cfg)  # preprocessing kept
+    model.reset_classifier(entry.num_classes)
+    assert model.pretrained_cfg["labels"] == entry.labels
+
+
+def test_a_downloaded_tag_and_a_local_file_describe_the_same_model(server, entries, tmp_path):
+    """The loader's record gives the tag's preprocessing only: at another size and head, the model's own."""
+    body = safetensors_bytes(tiny_swin_state())
+    entries("loop", {"url": server.serve("/loop/model.safetensors", body)}, **LOOP)
+    tagged = swin.create_model("swin_t", pretrained="loop", img_size=64, **TINY)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(body)
+    local = swin.create_model("swin_t", pretrained=path, img_size=64, num_classes=10, **TINY)
+
+    for model in (tagged, local):
+        assert model.pretrained_cfg["input_size"] == (3, 64, 64)
+        assert model.pretrained_cfg["num_classes"] == 10
+    assert local.pretrained_cfg["labels"] is None  # no tag: no class names
+    assert tagged.pretrained_cfg["labels"] == "imagenet-1k"  # the head still has the tag's classes
+    assert tagged.pretrained_cfg["tag"] == "loop" and tagged.pretrained_cfg["file"] is not None
+
+    published = {k: tuple(v) if isinstance(v, list) else v for k, v in LOOP.items()}  # as YAML gives them
+    expected = resolve_data_config(args={"img_size": 64}, pretrained_cfg=published)
+    assert resolve_model_data_config(tagged) == expected
+    assert swin.data_config(tagged)["resize_size"] == math.floor(64 / LOOP["crop_pct"])
+    _same_transform(tagged, expected)
+
+    tagged.reset_classifier(5)
+    assert tagged.pretrained_cfg["num_classes"] == 5 and tagged.pretrained_cfg["labels"] is None
+    assert resolve_model_data_config(tagged) == expected
+
+
+# -- defect 2: the user's values are kept ------------------------------------------------------------------------
+
+
+def test_assigned_values_are_kept_as_timm_keeps_them():
+    ours = swin.create_model("swin_t", **SMALL)
+    theirs = timm.create_model(TIMM_T, **SMALL)
+    for model in (ours, theirs):
+        model.pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "crop_pct": 1.0}
+    assert ours.pretrained_cfg["mean"] == (0.5, 0.5, 0.5) and ours.pretrained_cfg["crop_pct"] == 1.0
+    expected = resolve_model_data_config(theirs)
+    assert resolve_model_data_config(ours) == expected
+    _same_transform(ours, expected)  # the resize follows the new crop_pct
+
+    ours.pretrained_cfg = None  # back to what the model derives
+    assert ours.pretrained_cfg["crop_pct"] == get_pretrained_cfg(TIMM_T).crop_pct
+
+
+def test_edits_of_the_returned_dict_are_kept_as_timm_keeps_them():
+    ours = swin.create_model("swin_t", **SMALL)
+    theirs = timm.create_model(TIMM_T, **SMALL)
+    ours_cfg = ours.pretrained_cfg
+    for cfg in (ours_cfg, theirs.pretrained_cfg):
+        cfg["crop_pct"] = 1.0
+        cfg.update(std=(0.5, 0.5, 0.5), interpolation="bilinear")
+    assert ours.pretrained_cfg["crop_pct"] == 1.0 and ours.pretrained_cfg["std"] == (0.5, 0.5, 0.5)
+    expected = resolve_model_data_config(theirs)
+    assert resolve_model_data_config(ours) == expected
+    _same_transform(ours, expected)
+    assert ours_cfg["resize_size"] == ours.pretrained_cfg["resize_size"] == 224  # the edited dict follows
+
+    del ours.pretrained_cfg["crop_pct"]  # drops the user's value: the tag's returns
+    assert ours.pretrained_cfg["crop_pct"] == get_pretrained_cfg(TIMM_T).crop_pct
+    assert ours.pretrained_cfg["std"] == (0.5, 0.5, 0.5)
+    copied = pickle.loads(pickle.dumps(ours.pretrained_cfg))
+    assert type(copied) is dict and copied == ours.pretrained_cfg
+
+
+def test_user_values_do_not_freeze_what_the_model_derives():
+    """Assigning back a copy of the whole dict pins only what the user changed."""
+    model = swin.create_model("swin_t.ms_in22k", **SMALL)
+    model.pretrained_cfg = {**model.pretrained_cfg, "mean": (0.5, 0.5, 0.5)}
+    model.reset_classifier(10)
+    cfg = model.pretrained_cfg
+    assert cfg["mean"] == (0.5, 0.5, 0.5)
+    assert cfg["num_classes"] == 10 and cfg["labels"] is None
+
+    edited = swin.create_model("swin_t.ms_in22k", **SMALL)
+    edited.pretrained_cfg["crop_pct"] = 1.0
+    edited.reset_classifier(10)
+    assert edited.pretrained_cfg["crop_pct"] == 1.0 and edited.pretrained_cfg["num_classes"] == 10
+
+    chosen = swin.create_model("swin_t", **SMALL)
+    chosen.pretrained_cfg = {"input_size": (3, 256, 256)}  # a value the user sets wins, sizes included
+    assert chosen.pretrained_cfg["input_size"] == (3, 256, 256)
+    assert chosen.pretrained_cfg["resize_size"] == math.floor(256 / get_pretrained_cfg(TIMM_T).crop_pct)
