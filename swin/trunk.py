@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import math
+import re
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -217,6 +220,28 @@ class SwinTrunk(nn.Module):
             if param.ndim <= 1 or parts[-1] in named or "cpb_mlp" in parts:
                 names.add(name)
         return names
+
+    def group_matcher(self, coarse: bool = False) -> Callable[[str], tuple[float, ...]]:
+        """timm's interface for layer-wise learning-rate decay (``timm.optim.create_optimizer_v2(model,
+        layer_decay=...)``): the ordinal of each parameter name, grouped as timm groups its own Swin, whose
+        stages start with the patch merging that ours (the official layout) end with: the merging after stage i
+        goes with the first block of stage i + 1. ``swin.param_groups`` groups as the official fine-tuning code
+        instead (the merging with the last block of its stage)."""
+
+        def ordinal(name: str) -> tuple[float, ...]:
+            if name.startswith(("patch_embed.", "absolute_pos_embed")):
+                return (0,)
+            merging = re.match(r"^layers\.(\d+)\.downsample\.", name)
+            block = re.match(r"^layers\.(\d+)\.blocks\.(\d+)\.", name)
+            if merging:
+                return (1, int(merging[1]) + 1) if coarse else (1, int(merging[1]) + 1, 0)
+            if block:
+                return (1, int(block[1])) if coarse else (1, int(block[1]), int(block[2]))
+            if name.startswith("norm") and not coarse:
+                return (1, 99999)
+            return (math.inf,)  # the head (and, coarse, the final norm), as timm leaves them unmatched
+
+        return ordinal
 
     def stage_sizes(self, height: int, width: int) -> list[tuple[int, int]]:
         """Map size of each stage for a (height, width) input: ceil(H/4), then ceil(previous/2)."""

@@ -181,3 +181,19 @@ def test_options_given_as_none_are_left_out_as_timm_does():
     model = swin.create_model("swin_t", depths=(1, 1, 1, 1), **unset)
     plain = swin.create_model("swin_t", depths=(1, 1, 1, 1))
     assert model.config == plain.config
+
+
+def test_timm_layer_decay_groups_as_for_timms_swin():
+    """``timm.optim.create_optimizer_v2(model, layer_decay=...)`` reads ``group_matcher``: our model gets the
+    learning-rate scales, weight decays and parameter counts of timm's own swin_t (without it, timm groups
+    by its fallback and the scales differ)."""
+    from timm.optim import create_optimizer_v2
+
+    def groups(model):
+        optimizer = create_optimizer_v2(model, "adamw", lr=1.0, weight_decay=0.05, layer_decay=0.9)
+        return sorted(
+            (round(g["lr_scale"], 6), g["weight_decay"], sum(p.numel() for p in g["params"]))
+            for g in optimizer.param_groups
+        )
+
+    assert groups(swin.create_model("swin_t", **SMALL)) == groups(timm.create_model(TIMM_T, **SMALL))
