@@ -131,13 +131,16 @@ class SwinTransformer(SwinTrunk):
         return head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """Replace the head with a freshly initialised one of ``num_classes`` outputs (0: no head), and the
-        pooling if ``global_pool`` is given (timm's signature)."""
+        """Replace the head with a freshly initialised one of ``num_classes`` outputs (0: no head), on the
+        model's device and in its dtype, and the pooling if ``global_pool`` is given (timm's signature)."""
         if global_pool is not None:
             self.global_pool = check_pool(global_pool)
         self.num_classes = num_classes
         self.config = self.config.replace(num_classes=num_classes)
-        self.head = self._new_head(num_classes)
+        # on the device and in the dtype of the model (a model already on a GPU or in bf16 stays whole)
+        like = next(self.patch_embed.parameters(), None)
+        head = self._new_head(num_classes)
+        self.head = head if like is None else head.to(device=like.device, dtype=like.dtype)
 
     def get_classifier(self) -> nn.Module:
         return self.head

@@ -110,3 +110,12 @@ def test_built_on_meta_then_loaded_computes_like_timm(name):
     x = torch.randn(1, 3, *swin.get_config(name).img_size)
     with torch.no_grad():
         assert (ours(x) - reference(x)).abs().max().item() <= 1e-4
+
+
+def test_reset_classifier_keeps_the_models_dtype():
+    """A model in bf16 (or on a GPU) gets its new head in its dtype (and on its device): the forward runs."""
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1)).to(torch.bfloat16).eval()
+    model.reset_classifier(10)
+    assert model.head.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 64, 64, dtype=torch.bfloat16)).shape == (1, 10)
