@@ -201,7 +201,7 @@ def upernet(
     *,
     pretrained: Any = False,
     checkpoint: Mapping | str | os.PathLike | None = None,
-    out_indices: Sequence[int] = (0, 1, 2, 3),
+    out_indices: Sequence[int] | int = (0, 1, 2, 3),
     hidden_size: int = 512,
     use_auxiliary_head: bool = True,
     id2label: Mapping[int, str] | None = None,
@@ -253,7 +253,7 @@ def upernet(
         raise ValueError("give num_labels (the number of classes) or id2label (their names by index)")
     if isinstance(model, SwinBackbone):
         given = sorted(kwargs) + ["pretrained"] * (pretrained is not False)
-        given += ["out_indices"] * (tuple(out_indices) != (0, 1, 2, 3))
+        given += ["out_indices"] * (isinstance(out_indices, int) or tuple(out_indices) != (0, 1, 2, 3))
         if given:
             raise TypeError(
                 f"upernet() got a SwinBackbone already built and backbone arguments {given}; pass them to "

@@ -193,7 +193,9 @@ def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any],
         return model.eval(), entry.data_config(), entry
     # else the publisher's: torchvision's files with torchvision's transforms, as swin predict and export do
     layout = getattr(model, "pretrained_cfg", {}).get("layout")
-    return model.eval(), preprocessing_for(arch, None, layout) or data_config(model), None
+    own = data_config(model)  # the head's classes and their names are the model's, not the default tag's
+    published = preprocessing_for(arch, None, layout) or own
+    return model.eval(), {**published, "num_classes": own["num_classes"], "labels": own.get("labels")}, None
 
 
 def _device(requested: str | None) -> torch.device:

@@ -221,7 +221,8 @@ MMDET = Layout(
         (r"\.ffn\.layers\.1\.", ".mlp.fc2."),
     ),
     to_ours_transforms=(unfold_to_official,),
-    signature=(r"\.attn\.w_msa\.", r"\.ffn\.layers\.", r"^patch_embed\.projection\.", r"^stages\.\d+\.blocks\."),
+    # anchored at the trunk: a DETR's transformer (encoder.layers.*.ffn.layers.*) passed through is no mmdet trunk
+    signature=(r"^patch_embed\.projection\.", r"^stages\.\d+\.blocks\.\d+\.(attn\.w_msa|ffn\.layers)\."),
 )
 
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (OFFICIAL, TIMM, TORCHVISION, TRANSFORMERS, MMDET)}

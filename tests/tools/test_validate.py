@@ -218,3 +218,19 @@ def test_a_torchvision_file_is_scored_with_torchvision_preprocessing(tmp_path, c
     torch.save(state, tmp_path / "nan.pth")
     code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--weights", tmp_path / "nan.pth")
     assert code == 2 and "non-finite weights" in err and "layers.0.blocks.0.mlp.fc1.weight" in err
+
+
+def test_a_22k_checkpoint_maps_wordnet_folders_through_imagenet_22k(tmp_path, capsys):
+    """A swin_t checkpoint with a 21841-class head, given without a tag: the preprocessing is the published
+    one for the layout, the class names those of its head (ImageNet-22k, as timm names them), not the
+    default tag's 1000."""
+    from timm.data import ImageNetInfo
+
+    torch.manual_seed(0)
+    state = swin.create_model("swin_t", num_classes=21841).state_dict()
+    torch.save(state, tmp_path / "in22k.pth")
+    wordnet = ImageNetInfo("imagenet-22k").index_to_label_name(0)
+    write_folder(tmp_path / "val", random_images(1), [wordnet], str)
+    code, out, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--weights", tmp_path / "in22k.pth")
+    assert code == 0, err
+    assert "1 images, 1 class folders" in out

@@ -311,6 +311,12 @@ def test_detr_keys_beside_an_official_backbone(official_from_timm):
         assert torch.equal(converted[key], value), key
     for key, value in detr.items():
         assert converted[key] is value
+    # converted once, the file is read again (swin convert's output, a state dict passed on): still official,
+    # the transformer's ffn.layers keys beside it no sign of mmdetection's trunk
+    assert detect_layout(converted) == "official"
+    again = convert(converted)
+    for key, value in official_from_timm.items():
+        assert torch.equal(again[key], value), key
 
 
 def test_backbone_that_is_no_swin_beside_encoder_keys_is_left_alone():
