@@ -6,6 +6,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+from torch import nn
+
 from .backbone import SwinBackbone
 from .model import SwinTransformer
 from .registry import get_config, resolve_name
@@ -121,7 +124,7 @@ def create_model(
         from .weights.pretrained import load_pretrained
 
         if wanted:
-            load_pretrained(model, canonical, pretrained)
+            load_pretrained(model, canonical, pretrained, reference=_entry_model(canonical, pretrained))
         if checkpoint_path is not None:
             load_pretrained(model, canonical, _existing_file(checkpoint_path))
     if optimize is not False:
@@ -129,6 +132,20 @@ def create_model(
 
         return make_fast(model, dtype="auto" if optimize is True else optimize)
     return model
+
+
+def _entry_model(name: str, pretrained: Any) -> nn.Module | None:
+    """The architecture a manifest tag's weights are of, on the meta device (shapes only): what a download is
+    checked to load into before it is cached (None for a file, a URL or a state dict)."""
+    if isinstance(pretrained, Mapping):
+        return None
+    from .weights.pretrained import manifest_entry_for
+
+    entry = manifest_entry_for(name, pretrained)
+    if entry is None:
+        return None
+    with torch.device("meta"):
+        return SwinTransformer.from_config(get_config(entry.arch).replace(num_classes=entry.num_classes))
 
 
 def _existing_file(path: str | os.PathLike) -> str:

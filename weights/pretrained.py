@@ -318,8 +318,15 @@ def load_checkpoint(path: str | os.PathLike, source: str = "auto") -> dict[str, 
     return convert(safe_load.load_file(path), source=source)
 
 
-def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.PathLike | Mapping) -> nn.Module:
+def load_pretrained(
+    model: nn.Module,
+    name: str,
+    pretrained: bool | str | os.PathLike | Mapping,
+    reference: nn.Module | None = None,
+) -> nn.Module:
     """Load weights into ``model`` (built from the registered ``name``); see the module docstring.
+    ``reference``: the model a manifest tag's weights are of (its architecture and head, e.g. on the meta
+    device), which a download must load into before it is cached (:func:`fetch`).
 
     The checkpoint's layout is detected from its keys; bias tables are resized to the model's windows,
     the patch embedding adapted to its input channels; a classifier of another size and keys the model
@@ -336,7 +343,7 @@ def load_pretrained(model: nn.Module, name: str, pretrained: bool | str | os.Pat
         path, entry, checkpoint = None, None, pretrained
         origin = "the state dict given as pretrained="
     else:
-        path, entry = resolve(name, pretrained, model)
+        path, entry = resolve(name, pretrained, reference)
         checkpoint = safe_load.load_file(path)
         origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     state = unwrap(checkpoint)

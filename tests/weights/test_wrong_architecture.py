@@ -50,3 +50,16 @@ def test_swin_download_checks_the_architecture_too(server, entries, swin_home, c
     assert main(["download", "swin_t.stale_cli"]) == 1
     assert "not the weights of swin_t.stale_cli" in capsys.readouterr().err
     assert cache_files(swin_home) == []
+
+
+def test_a_model_built_otherwise_is_no_reason_to_refuse_the_download(server, entries, swin_home, timm_swin_t):
+    """The download is checked against the tag's architecture, not the model asked for: with overrides that
+    change the trunk, the right file is cached once and the load is the ValueError naming the difference."""
+    body = timm_swin_t[0]
+    entries("right", {"url": server.serve("/good/model.safetensors", body)})
+    for _ in range(2):
+        with pytest.raises(ValueError, match="does not fit the model"):
+            swin.create_model("swin_t", pretrained="right", embed_dim=48)
+    assert server.requests == ["/good/model.safetensors"]  # cached once, not fetched again
+    (cached,) = cache_files(swin_home)
+    assert cached.read_bytes() == body
