@@ -82,19 +82,31 @@ def test_reset_classifier_updates_classes_and_labels():
     assert model.pretrained_cfg["labels"] == entry.labels
 
 
-def test_a_downloaded_tag_and_a_local_file_describe_the_same_model(server, entries, tmp_path):
+@pytest.fixture
+def tiny_arch(monkeypatch):
+    """tiny_swin_state's architecture, registered for the test only (the registry is restored afterwards)."""
+    from swin.registry import lookup
+
+    swin.list_models()  # load the bundled entries before taking the copy
+    monkeypatch.setattr(lookup, "_configs", dict(lookup._configs))
+    swin.register_model(name="cfg_tiny", img_size=32, **TINY)
+    return "cfg_tiny"
+
+
+def test_a_downloaded_tag_and_a_local_file_describe_the_same_model(server, entries, tmp_path, tiny_arch):
     """The loader's record gives the tag's preprocessing only: at another size and head, the model's own."""
     body = safetensors_bytes(tiny_swin_state())
-    entries("loop", {"url": server.serve("/loop/model.safetensors", body)}, **LOOP)
-    tagged = swin.create_model("swin_t", pretrained="loop", img_size=64, **TINY)
+    source = {"url": server.serve("/loop/model.safetensors", body)}
+    manifest.register_pretrained({f"{tiny_arch}.loop": {"sources": [source], **LOOP}})  # (entries: restored)
+    tagged = swin.create_model(tiny_arch, pretrained="loop", img_size=64)
     path = tmp_path / "model.safetensors"
     path.write_bytes(body)
-    local = swin.create_model("swin_t", pretrained=path, img_size=64, num_classes=10, **TINY)
+    local = swin.create_model(tiny_arch, pretrained=path, img_size=64, num_classes=10)
 
     for model in (tagged, local):
         assert model.pretrained_cfg["input_size"] == (3, 64, 64)
         assert model.pretrained_cfg["num_classes"] == 10
-    assert local.pretrained_cfg["labels"] is None  # no tag: no class names
+    assert local.pretrained_cfg["file"] == str(path)  # (its class names: the default tag's, whose head it has)
     assert tagged.pretrained_cfg["labels"] == "imagenet-1k"  # the head still has the tag's classes
     assert tagged.pretrained_cfg["tag"] == "loop" and tagged.pretrained_cfg["file"] is not None
 
