@@ -139,8 +139,6 @@ def build_window_plan(
 
 
 _PINNING = threading.local()
-# How many TorchDispatchModes are active (FakeTensorMode, FLOP counters); torch has had it since 2.0.
-_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
 @contextmanager
@@ -197,11 +195,6 @@ class WindowPlans:
             if plan is None:
                 plan = build_window_plan(height, width, window, shift, pad_first, device, traced=True)
             return plan
-        if _dispatch_modes():
-            # Under a dispatch mode (FakeTensorMode, a FLOP counter) what is built may not be real tensors:
-            # built for this call only, never cached, so that a later real forward gets real plans.
-            with torch.inference_mode(False):
-                return build_window_plan(height, width, window, shift, pad_first, device)
         plan = self._cache.get(key)
         if plan is None:
             # Built outside inference mode, so that a plan first made under torch.inference_mode() still
@@ -209,6 +202,8 @@ class WindowPlans:
             # its index).
             with torch.inference_mode(False):
                 plan = build_window_plan(height, width, window, shift, pad_first, device)
+            if not all(type(t) is torch.Tensor for t in (plan.gather, plan.scatter, plan.mask) if t is not None):
+                return plan  # made under a FakeTensorMode (or another mode's subclass): this call's only
             self._cache.put(key, plan)
         if getattr(_PINNING, "on", False):
             self._cache.pin(key, plan)
