@@ -102,6 +102,13 @@ def resolve_name(name: str) -> str:
         return name
     if name in _aliases:
         return _aliases[name]
+    arch, dot, tag = name.partition(".")
+    if dot and (arch in _configs or arch in _aliases):
+        arch = _aliases.get(arch, arch)
+        raise UnknownModelError(
+            f"{name!r} is an architecture with a pretrained tag ({tag!r}); here an architecture is expected: "
+            f"{arch!r} (tags are for create_model, swin predict, validate and download)"
+        )
     known = sorted(_configs) + sorted(_aliases)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""

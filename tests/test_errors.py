@@ -90,6 +90,7 @@ def test_command_errors_are_one_line(tmp_path, capsys):
         (["export", "swin_t", str(tmp_path / "missing" / "m.onnx"), "--random-weights"], "does not exist"),
         (["convert", str(tmp_path / "nothing.pth"), str(tmp_path / "out.safetensors")], "nothing.pth"),
         (["info", "swin_q"], "unknown model 'swin_q'"),
+        (["flops", "swin_tiny_patch4_window7_224.ms_in1k"], "here an architecture is expected: 'swin_t'"),
     ]
     for argv, expected in cases:
         status = main(argv)

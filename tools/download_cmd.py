@@ -8,6 +8,7 @@ import sys
 from ..weights import manifest
 from ..weights.download import DownloadError
 from ..weights.pretrained import WeightsNotFoundError, fetch
+from .cli import _one_line
 
 __all__ = ["cmd_download", "cmd_list_pretrained", "pretrained_rows", "register"]
 
@@ -122,7 +123,7 @@ def cmd_download(args) -> int:
         try:
             path = fetch(entry, model=model)
         except (WeightsNotFoundError, DownloadError) as error:
-            print(f"swin download: {error}", file=sys.stderr)
+            print(f"swin download: {_one_line(error, limit=4000)}", file=sys.stderr)  # one line per failed name
             failed += 1
             continue
         print(f"{entry.name}: {path}")

@@ -253,6 +253,15 @@ def _open_part(dest: Path, shown: str) -> tuple[list[Path], int, str]:
     return created, fd, tmp
 
 
+def probe_destination(dest: Path, shown: str) -> None:
+    """Raise :class:`DestinationError` now, before any request, if ``dest`` could not be written (its
+    directory made, a file of its name created there); nothing is left behind either way."""
+    created, fd, tmp = _open_part(dest, shown)
+    os.close(fd)
+    os.unlink(tmp)
+    _remove_empty(created)
+
+
 class _Watch:
     """Shuts the download's sockets down when the overall deadline passes: a read blocked in the middle of a
     dripped status line or header returns at once, which a per-read timeout alone never achieves."""

@@ -24,7 +24,15 @@ from ..registry import resolve_name
 from . import checks, hub, manifest, safe_load, storage
 from .adapt import fit_state_dict
 from .convert import convert, detect_layout, unwrap
-from .download import DestinationError, DownloadError, check_digest, download, file_sha256, redact
+from .download import (
+    DestinationError,
+    DownloadError,
+    check_digest,
+    download,
+    file_sha256,
+    probe_destination,
+    redact,
+)
 from .manifest import PretrainedEntry, Source
 
 __all__ = [
@@ -147,6 +155,12 @@ def fetch(
     if cached is not None:
         return Path(cached)
     paths = [Path(entry.cache_path(s)) for s in entry.sources]
+    if not storage.offline():
+        try:  # a $SWIN_HOME that cannot be written is one error before any request (README)
+            for source, path in zip(entry.sources, paths, strict=True):
+                probe_destination(path, redact(source.resolve_url()))
+        except DestinationError as error:
+            raise storage.cache_dir_error(error) from None
     progress = _progress() if progress is None else progress
     failures: list[str] = []
     done: set[int] = set()  # sources that already failed: not tried twice

@@ -216,6 +216,23 @@ def test_swin_home_is_a_file(server, monkeypatch, tmp_path, entries, swin_body):
     assert isinstance(CacheDirError("x", home, OSError()), (OSError, DownloadError))
 
 
+def test_swin_home_is_checked_before_the_hub_is_asked(server, monkeypatch, tmp_path, entries, swin_body):
+    """An entry whose first source is on the Hugging Face hub: a $SWIN_HOME that cannot be written is still
+    the one error before any request (the hub's retries would otherwise come first)."""
+    home = tmp_path / "not_a_dir"
+    home.write_text("a file")
+    monkeypatch.setenv("SWIN_HOME", str(home))
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    entry = entries(
+        "hub_first",
+        {"hf_hub": "someone/swin", "filename": "model.safetensors"},
+        {"url": server.serve("/x/model.safetensors", swin_body)},
+    )
+    with pytest.raises(CacheDirError, match="is a file"):
+        fetch(entry, progress=False)
+    assert server.log == []  # not even the hub's HEAD
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes to read-only directories")
 def test_swin_home_read_only(server, monkeypatch, tmp_path, swin_body):
     home = tmp_path / "ro"

@@ -42,7 +42,9 @@ def test_download_then_list_shows_it_cached(server, monkeypatch, capsys, swin_ho
 def test_download_failure_exit_code(monkeypatch, capsys, server):
     monkeypatch.setenv("SWIN_OFFLINE", "1")
     assert main(["download", "swin_b.ms_in22k"]) == 1
-    assert "offline mode is on" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "offline mode is on" in err and err.count("\n") == 1  # one line (README), the cache path in it
+    assert "swin_b.ms_in22k" in err and "weights" in err
     assert main(["download", "swin_q"]) == 2
     assert server.requests == []
 
