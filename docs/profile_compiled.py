@@ -3,26 +3,57 @@ freezing, same weights, torch.profiler over 3 calls after warm-up, ops by self t
 kernels are timed one by one (``torch._inductor.config.cpp.enable_kernel_profile``) and summed into one line,
 with the softmax kernels (attention run as matmuls and a softmax) apart.
 
-    python docs/profile_compiled.py [BATCH] [DTYPE]   # default 1 float32; compiles both first (minutes on 2 cores)
+    python docs/profile_compiled.py [BATCH] [DTYPE] [--top N]   # default 1 float32, top 8 ops
+    python docs/profile_compiled.py 8 bfloat16                  # compiles both first (minutes on 2 cores)
 
 DTYPE: float32 or bfloat16 (both models' weights cast to it, as ``swin bench --ways``' "compiled" way).
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 
-import timm
-import torch
-import torch._inductor.config as inductor_config
-from torch.profiler import profile
+DTYPES = ("float32", "bfloat16")
 
-import swin
-from swin.optimized import FrozenCompiled
-from swin.weights import export
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return number
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``[BATCH] [DTYPE] [--top N]``, checked before torch is imported or anything compiled."""
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Compiles both models first: minutes on 2 cores."
+    )
+    p.add_argument("batch", nargs="?", type=_positive, default=1, metavar="BATCH", help="batch size (default 1)")
+    p.add_argument(
+        "dtype",
+        nargs="?",
+        choices=DTYPES,
+        default="float32",
+        metavar="DTYPE",
+        help=f"{' or '.join(DTYPES)}: both models' weights cast to it (default float32)",
+    )
+    p.add_argument("--top", type=_positive, default=8, metavar="N", help="ops listed per model (default 8)")
+    return p.parse_args(argv)
 
 
 def main(batch: int = 1, dtype: str = "float32", top: int = 8) -> None:
+    import timm
+    import torch
+    import torch._inductor.config as inductor_config
+    from torch.profiler import profile
+
+    import swin
+    from swin.optimized import FrozenCompiled
+    from swin.weights import export
+
     torch.manual_seed(0)
     ours = swin.create_model("swin_t").eval()
     peer = timm.create_model("swin_tiny_patch4_window7_224").eval()
@@ -65,4 +96,5 @@ def main(batch: int = 1, dtype: str = "float32", top: int = 8) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(sys.argv[1]),) if len(sys.argv) > 1 else (), *sys.argv[2:3])
+    args = parse_args()
+    main(args.batch, args.dtype, args.top)

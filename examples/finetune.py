@@ -6,7 +6,8 @@ with ``torchrun``.
     torchrun --nproc-per-node 4 examples/finetune.py --model swin_t --pretrained ms_in1k --data train/ ...
     python examples/finetune.py --steps 20      # no --data: random images, to check the loop runs
 
-``--data`` is an ImageFolder (one folder per class); ``--batch-size`` is per process.
+``--data`` is an ImageFolder (one folder per class; ``--num-classes`` defaults to the number of folders);
+``--batch-size`` is per process. Arguments and the data are checked before a model is built.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import time
 from itertools import count
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -28,16 +30,36 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 import swin
 
 
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return number
+
+
+def fail(message: str) -> NoReturn:
+    """Stop with one line on stderr (exit status 1), as ``argparse`` does for a bad argument."""
+    raise SystemExit(f"finetune.py: error: {message}")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="swin_t")
     p.add_argument("--pretrained", default=None, help="a tag (ms_in1k), NAME.TAG, a checkpoint path or URL")
     p.add_argument("--model-kwargs", type=json.loads, default={}, help='config overrides, JSON: {"img_size": 384}')
-    p.add_argument("--num-classes", type=int, default=10)
+    p.add_argument(
+        "--num-classes",
+        type=positive_int,
+        default=None,
+        help="classes of the head (default: the class folders of --data; 10 without --data)",
+    )
     p.add_argument("--data", type=Path, help="ImageFolder of training images (default: synthetic data)")
     p.add_argument("--steps", type=int, default=100, help="optimizer steps")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of --steps")
-    p.add_argument("--batch-size", type=int, default=32, help="per process")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="per process")
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate of the head")
     p.add_argument("--min-lr", type=float, default=1e-6)
     p.add_argument("--weight-decay", type=float, default=0.05)
@@ -68,21 +90,60 @@ def setup_distributed() -> tuple[int, int, torch.device]:
     return 0, 1, device
 
 
-def training_data(args: argparse.Namespace, img_size: tuple[int, int], rank: int, world_size: int) -> DataLoader:
-    if args.data is not None:
+def image_folder(args: argparse.Namespace, world_size: int):
+    """The ImageFolder of ``--data`` (files listed, none read yet), checked against ``--num-classes`` and
+    ``--batch-size`` before a model is built; sets ``args.num_classes`` when it was not given."""
+    from torchvision.datasets import ImageFolder
+
+    if not args.data.is_dir():
+        fail(f"--data {args.data} is not a directory; give an ImageFolder (one sub-folder of images per class)")
+    try:
+        dataset = ImageFolder(args.data)
+    except (FileNotFoundError, RuntimeError) as error:  # no class folders, or class folders without images
+        fail(f"--data {args.data}: {error}")
+    classes = len(dataset.classes)
+    if args.num_classes is None:
+        args.num_classes = classes
+    elif args.num_classes != classes:
+        names = ", ".join(dataset.classes[:5]) + (", ..." if classes > 5 else "")
+        fail(
+            f"--num-classes {args.num_classes} does not match --data {args.data}, which has {classes} class "
+            f"folders ({names}); drop --num-classes (it defaults to the number of folders) or pass --num-classes "
+            f"{classes}"
+        )
+    check_one_batch(len(dataset), args.batch_size, world_size, f"--data {args.data}")
+    return dataset
+
+
+def check_one_batch(images: int, batch_size: int, world_size: int, source: str) -> None:
+    """Every process must get one full batch per epoch (the loader drops the last, partial one); with fewer
+    images it would yield nothing and the training loop would wait for a batch forever."""
+    per_process = -(-images // world_size)  # DistributedSampler pads every process to ceil(images / world)
+    if per_process < batch_size:
+        needed = (batch_size - 1) * world_size + 1
+        fail(
+            f"{source} has {images} images, fewer than one full batch: --batch-size {batch_size} per process x "
+            f"world size {world_size} needs at least {needed}; lower --batch-size or add images"
+        )
+
+
+def training_data(
+    args: argparse.Namespace, dataset, img_size: tuple[int, int], rank: int, world_size: int
+) -> DataLoader:
+    if dataset is not None:
         import timm.data
-        from torchvision.datasets import ImageFolder
 
         # timm's training transform: random resized crop, flip, RandAugment, ImageNet mean/std.
-        transform = timm.data.create_transform((3, *img_size), is_training=True, auto_augment="rand-m9-mstd0.5-inc1")
-        dataset = ImageFolder(args.data, transform=transform)
+        dataset.transform = timm.data.create_transform(
+            (3, *img_size), is_training=True, auto_augment="rand-m9-mstd0.5-inc1"
+        )
     else:
         # A small fixed pool of random images and labels: enough to watch the loss fall.
         generator = torch.Generator().manual_seed(args.seed)
         images = torch.randn(4 * args.batch_size * world_size, 3, *img_size, generator=generator)
         dataset = TensorDataset(images, torch.randint(0, args.num_classes, (len(images),), generator=generator))
     sampler = DistributedSampler(dataset, world_size, rank, seed=args.seed) if world_size > 1 else None
-    return DataLoader(
+    loader = DataLoader(
         dataset,
         batch_size=args.batch_size,
         sampler=sampler,
@@ -91,6 +152,9 @@ def training_data(args: argparse.Namespace, img_size: tuple[int, int], rank: int
         drop_last=True,
         pin_memory=torch.cuda.is_available(),
     )
+    if len(loader) == 0:  # checked before for --data; a guard for any other dataset
+        check_one_batch(len(dataset), args.batch_size, world_size, "the training data")
+    return loader
 
 
 def batches(loader: DataLoader):
@@ -98,7 +162,12 @@ def batches(loader: DataLoader):
     for epoch in count():
         if isinstance(loader.sampler, DistributedSampler):
             loader.sampler.set_epoch(epoch)
-        yield from loader
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:  # an epoch without a batch: looping on would spin forever
+            raise RuntimeError(f"the training data gave no batch of {loader.batch_size} (drop_last=True)")
 
 
 def warmup_cosine(warmup: int, total: int, floor: float):
@@ -115,7 +184,11 @@ def warmup_cosine(warmup: int, total: int, floor: float):
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    # The data checked before any model is built, and before joining the process group (torchrun's WORLD_SIZE).
+    dataset = image_folder(args, int(os.environ.get("WORLD_SIZE", "1"))) if args.data is not None else None
     rank, world_size, device = setup_distributed()
+    if args.num_classes is None:
+        args.num_classes = 10
     torch.manual_seed(args.seed)
 
     model = swin.create_model(
@@ -137,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[args.amp]
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    loader = training_data(args, img_size, rank, world_size)
+    loader = training_data(args, dataset, img_size, rank, world_size)
 
     model.train()
     losses, rates = [], []

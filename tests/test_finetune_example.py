@@ -71,3 +71,79 @@ def test_runs_under_torchrun_with_two_ranks(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["steps"] == 3
     assert all(torch.isfinite(torch.tensor(metrics["losses"])))
+
+
+# -- --data checked before a model is built ---------------------------------------------------------------
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """An ImageFolder of 3 classes, 2 tiny images each."""
+    from PIL import Image
+
+    root = tmp_path / "data"
+    for c, name in enumerate(("cat", "dog", "eel")):
+        (root / name).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (24, 24), (80 * c, 40 * i, 120)).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if a model is built: the data must be checked first (and a hang becomes a failure)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(swin, "create_model", lambda *a, **k: pytest.fail("a model was built before the check"))
+
+
+DATA_ARGS = ["--model-kwargs", json.dumps(TINY), "--drop-path", "0", "--workers", "0", "--steps", "1"]
+
+
+@pytest.mark.parametrize(("world", "batch", "needed"), [(1, 8, 8), (2, 4, 7)])
+def test_data_smaller_than_one_batch_is_an_error(folder, no_model, monkeypatch, world, batch, needed):
+    """6 images and drop_last: the loader was empty and the training loop waited for a batch forever."""
+    monkeypatch.setenv("WORLD_SIZE", str(world))  # checked before joining the process group
+    with pytest.raises(SystemExit) as exit_:
+        load_example().main([*DATA_ARGS, "--data", str(folder), "--batch-size", str(batch)])
+    message = str(exit_.value)
+    assert message.startswith("finetune.py: error: ") and "has 6 images, fewer than one full batch" in message
+    assert f"--batch-size {batch} per process x world size {world} needs at least {needed}" in message
+
+
+@pytest.mark.parametrize("classes", ["2", "10"])
+def test_num_classes_must_match_the_folders(folder, no_model, classes):
+    """--num-classes 2 on 3 folders was an IndexError mid-training; 10 silently trained a 10-way head."""
+    with pytest.raises(SystemExit) as exit_:
+        load_example().main([*DATA_ARGS, "--data", str(folder), "--batch-size", "2", "--num-classes", classes])
+    message = str(exit_.value)
+    assert f"--num-classes {classes} does not match" in message and "3 class folders (cat, dog, eel)" in message
+    assert "--num-classes 3" in message
+
+
+def test_num_classes_defaults_to_the_folders(folder, tmp_path, monkeypatch, one_thread):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    out = tmp_path / "out"
+    metrics = load_example().main([*DATA_ARGS, "--data", str(folder), "--batch-size", "2", "--output", str(out)])
+    assert metrics["steps"] == 1
+    assert torch.load(out / "model.pth", weights_only=True)["head.weight"].shape[0] == 3
+
+
+def test_an_epoch_without_a_batch_is_an_error():
+    """The guard in batches(): an empty loader raises instead of spinning (an alarm turns a hang into a failure)."""
+    import signal
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.zeros(3, 1)), batch_size=8, drop_last=True)
+
+    def hung(*_):
+        raise TimeoutError("batches() spun on an empty loader")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(5)
+    try:
+        with pytest.raises(RuntimeError, match="gave no batch of 8"):
+            next(load_example().batches(loader))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

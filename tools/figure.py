@@ -1,23 +1,48 @@
-"""What every drawing command shares: the output file checked before any slow work, and matplotlib without a
-display.
+"""What every drawing command shares: the output file and ``--dpi`` checked before any slow work, matplotlib
+without a display, and figures written atomically.
 
 The format comes from the file name (png, svg or pdf, as ``swin flops --plot``), so a typo in the extension
 is reported at once instead of after a forward pass, and a figure is never written in a format its name
-does not say.
+does not say. The output name is checked as every other command's output is (:func:`check_output`): never
+a symbolic link, FIFO, device or directory, never one of the command's inputs. The figure is written to a
+temporary file beside it and renamed over it (:func:`atomic_output`), so a crash or Ctrl-C in the middle of
+a long save leaves the old file, or none, never a truncated one.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Iterable
 
+from .atomic import UnsafeOutputError, atomic_output, check_output
 from .flops_cmd import _PLOT_HINT, PLOT_FORMATS
 
-__all__ = ["check_figure_path", "pyplot", "save"]
+__all__ = ["MAX_DPI", "check_figure_path", "parse_dpi", "pyplot", "save"]
+
+# Highest --dpi: 1200 dpi is beyond any printer; a 13 x 14 inch figure at it is already a ~1 GB raster.
+MAX_DPI = 1200
 
 
-def check_figure_path(path: str, option: str = "--out") -> str:
+def parse_dpi(value: str) -> int:
+    """The argparse type of ``--dpi``: a whole number of dots per inch from 1 to :data:`MAX_DPI`, checked
+    before any work (matplotlib only refuses 0 after the forward pass, and a huge one runs out of memory)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_DPI:
+        raise argparse.ArgumentTypeError(
+            f"--dpi takes a whole number of dots per inch from 1 to {MAX_DPI} (e.g. 120 for the screen, 300 for "
+            f"print), got {value!r}"
+        )
+    return number
+
+
+def check_figure_path(path: str, option: str = "--out", inputs: Iterable[str | os.PathLike] = ()) -> str:
     """The format of ``path`` (png, svg, pdf), or a ``ValueError`` that names ``option`` and the fix: an
-    unknown extension, a folder that does not exist, or a name that is a directory."""
+    unknown extension, a folder that does not exist, a name that is a directory, a symbolic link, a FIFO or
+    another special file, one of ``inputs``, or a place that cannot be written."""
     extension = os.path.splitext(path)[1].lower().lstrip(".")
     if extension not in PLOT_FORMATS:
         told = "." + extension if extension else "no extension"
@@ -25,11 +50,15 @@ def check_figure_path(path: str, option: str = "--out") -> str:
             f"{option} {path}: cannot tell the image format from {told}; "
             f"end the file name in {', '.join('.' + f for f in PLOT_FORMATS)}"
         )
-    if os.path.isdir(path):
+    if os.path.isdir(path) and not os.path.islink(path):
         raise ValueError(f"{option} {path} is a directory; give a file name such as {path.rstrip('/')}/figure.png")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ValueError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
+    try:
+        check_output(path, inputs)
+    except (UnsafeOutputError, OSError) as error:
+        raise ValueError(f"{option}: {error}") from None
     return extension
 
 
@@ -46,10 +75,16 @@ def pyplot():
     return plt
 
 
-def save(figure, path: str, dpi: int = 120) -> None:
-    """Write ``figure`` to ``path`` in the format its extension names, and free it."""
+def save(figure, path: str, dpi: int = 120, option: str = "--out") -> None:
+    """Write ``figure`` to ``path`` in the format its extension names, atomically, and free it.
+
+    The figure goes to a temporary file in ``path``'s folder, flushed and renamed over ``path`` only once
+    complete; on any failure (Ctrl-C included) the temporary file is removed and ``path`` keeps what it had.
+    """
     plt = pyplot()
     try:
-        figure.savefig(path, format=check_figure_path(path), dpi=dpi)
+        fmt = check_figure_path(path, option)
+        with atomic_output(path) as temporary:
+            figure.savefig(temporary, format=fmt, dpi=dpi)
     finally:
         plt.close(figure)

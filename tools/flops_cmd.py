@@ -6,7 +6,6 @@ import argparse
 import csv
 import io
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -357,18 +356,12 @@ PLOT_FORMATS = ("png", "svg", "pdf")
 
 
 def plot_format(path: str) -> str:
-    """The image format ``path``'s extension names (png, svg, pdf); a clear error for any other, and for a
-    folder that does not exist (checked before the sweep runs)."""
-    extension = os.path.splitext(path)[1].lower().lstrip(".")
-    if extension not in PLOT_FORMATS:
-        raise ValueError(
-            f"--plot {path}: cannot tell the image format from {'.' + extension if extension else 'no extension'}; "
-            f"end the file name in {', '.join('.' + f for f in PLOT_FORMATS)}"
-        )
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ValueError(f"--plot {path}: the folder {folder} does not exist; create it or choose another path")
-    return extension
+    """The image format ``path``'s extension names (png, svg, pdf); a clear error for any other, for a folder
+    that does not exist, and for a name that is a link, FIFO, device or directory (checked before the sweep
+    runs, as every figure's output: :func:`swin.tools.figure.check_figure_path`)."""
+    from .figure import check_figure_path
+
+    return check_figure_path(path, "--plot")
 
 
 def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int = 120) -> None:
@@ -378,7 +371,7 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int 
     and slope 2 (quadratic) through the first point show which one each curve follows. Right: how many
     times global MSA costs W-MSA, which grows with the image (a constant for two linear costs).
     """
-    fmt = plot_format(path)
+    plot_format(path)
     try:
         import matplotlib
 
@@ -435,8 +428,9 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int 
     ratio.grid(True, alpha=0.3)
     figure.suptitle(f"{reports[0]['model']}, window {reports[0]['window_size']}: MSA quadratic, W-MSA linear")
     figure.tight_layout()
-    figure.savefig(path, format=fmt, dpi=dpi)
-    plt.close(figure)
+    from .figure import save
+
+    save(figure, path, dpi, "--plot")  # atomically: a temporary file renamed over ``path`` once complete
 
 
 # -- the command ------------------------------------------------------------------------------------------
@@ -507,7 +501,15 @@ def register(sub) -> None:
         metavar="FILE",
         help="draw the sweep (default sizes without --sweep) into FILE.png, .svg or .pdf; needs matplotlib",
     )
-    p.add_argument("--dpi", type=int, default=120, help="resolution of a --plot PNG (default 120)")
+    from .figure import MAX_DPI, parse_dpi
+
+    p.add_argument(
+        "--dpi",
+        type=parse_dpi,
+        default=120,
+        metavar="N",
+        help=f"resolution of a --plot PNG, 1..{MAX_DPI} (default 120)",
+    )
     p.add_argument("--flops", action="store_true", help="print FLOPs = 2 x MACs instead of MACs")
     p.add_argument("--no-measure", action="store_true", help="analytic count only, no counted forward")
     p.add_argument(

@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from ..costs import parse_size
-from .figure import check_figure_path
+from .figure import MAX_DPI, check_figure_path, parse_dpi
 
 __all__ = ["cmd_attention", "cmd_windows", "register"]
 
@@ -71,7 +71,7 @@ def cmd_attention(args) -> int:
 
     if not args.out:
         raise _nothing_to_do("attention")
-    check_figure_path(args.out)
+    check_figure_path(args.out, inputs=[p for p in (args.image, args.weights) if p])
     request = check_request(args)  # image, weights and ranges: before any checkpoint is read
     ready = prepare(request)
     view = attention_view(
@@ -125,7 +125,9 @@ def register(sub) -> None:
     )
     p.add_argument("--out", metavar="FILE", help="draw into FILE.png, .svg or .pdf (needs matplotlib)")
     p.add_argument("--format", choices=("json",), default=None, help="print the data as JSON on stdout")
-    p.add_argument("--dpi", type=int, default=120, help="resolution of a PNG (default 120)")
+    p.add_argument(
+        "--dpi", type=parse_dpi, default=120, metavar="N", help=f"resolution of a PNG, 1..{MAX_DPI} (default 120)"
+    )
     p.set_defaults(func=cmd_windows)
 
     p = what.add_parser(
@@ -157,5 +159,7 @@ def register(sub) -> None:
         help="query token in the stage's map, from 0 (default: the centre)",
     )
     p.add_argument("--out", metavar="FILE", help="draw into FILE.png, .svg or .pdf (needs matplotlib)")
-    p.add_argument("--dpi", type=int, default=120, help="resolution of a PNG (default 120)")
+    p.add_argument(
+        "--dpi", type=parse_dpi, default=120, metavar="N", help=f"resolution of a PNG, 1..{MAX_DPI} (default 120)"
+    )
     p.set_defaults(func=cmd_attention)

@@ -214,3 +214,55 @@ def test_plot_arguments_are_checked_before_the_sweep(capsys, tmp_path, monkeypat
     monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
     code, _, err = run(capsys, "swin_t", *arguments)
     assert code == 2 and message in err and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("dpi", ["0", "100000", "abc"])
+@pytest.mark.parametrize("extra", [[], ["--measure-time", "1", "--img-size", "64"]])
+def test_dpi_is_checked_before_the_sweep(capsys, tmp_path, monkeypatch, dpi, extra):
+    """--dpi 0 used to fail after the sweep with matplotlib's "dpi must be positive"; 100000 ran out of memory."""
+    monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    monkeypatch.setattr("swin.tools.stage_time.measure_stage_times", lambda *a, **k: pytest.fail("the timing ran"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["flops", "swin_t", *extra, "--plot", str(tmp_path / "cost.png"), "--dpi", dpi])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --dpi: --dpi takes a whole number of dots per inch from 1 to 1200" in err and repr(dpi) in err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+@pytest.mark.parametrize("extra", [["--sweep", "224"], ["--measure-time", "1", "--img-size", "64"]])
+def test_plot_never_writes_through_links_or_into_fifos(capsys, tmp_path, monkeypatch, kind, extra):
+    monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    monkeypatch.setattr("swin.tools.stage_time.measure_stage_times", lambda *a, **k: pytest.fail("the timing ran"))
+    target = tmp_path / "target.svg"
+    target.write_bytes(b"precious")
+    out = tmp_path / "cost.svg"
+    if kind == "symlink":
+        out.symlink_to(target)
+    else:
+        import os
+
+        os.mkfifo(out)
+    code, _, err = run(capsys, "swin_t", *extra, "--plot", str(out))
+    assert code != 0 and err.count("\n") == 1
+    assert err.startswith("swin flops: --plot: ") and ("symbolic link" if kind == "symlink" else "FIFO") in err
+    assert target.read_bytes() == b"precious"
+
+
+def test_interrupted_plot_leaves_the_old_file_and_no_partial_one(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    def half_then_interrupted(self, fname, **kwargs):
+        with open(fname, "wb") as file:
+            file.write(b"<?xml half an svg")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", half_then_interrupted)
+    out = tmp_path / "cost.svg"
+    out.write_bytes(b"the previous plot")
+    code, _, err = run(capsys, "swin_t", "--sweep", "224", "--no-measure", "--plot", str(out))
+    assert code == 130 and "interrupted" in err
+    assert out.read_bytes() == b"the previous plot"
+    assert [p.name for p in tmp_path.iterdir()] == ["cost.svg"]

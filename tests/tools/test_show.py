@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -374,3 +375,80 @@ def test_measure_time_errors(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["flops", "--measure-time", "swin_t"])
     assert "put the model name first" in capsys.readouterr().err
+
+
+# -- the output file and --dpi: checked before any work, written atomically --------------------------------
+
+
+def _no_layout(*args, **kwargs):
+    raise AssertionError("the stage was laid out: the output or --dpi was not checked first")
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "input"])
+def test_special_outputs_are_refused_before_any_work(capsys, tmp_path, monkeypatch, image, kind):
+    """--out never writes through a symlink (its target stays), into a FIFO (which failed only after the work,
+    "not seekable") or over the command's input image."""
+    monkeypatch.setattr("swin.tools.show_windows.stage_layout", _no_layout)
+    monkeypatch.setattr("swin.tools.show_attention.check_request", _no_layout)
+    target = tmp_path / "target.png"
+    target.write_bytes(b"precious")
+    if kind == "symlink":
+        out = tmp_path / "link.png"
+        out.symlink_to(target)
+        argv, expected = ["show", "windows", "swin_t", "--out", str(out)], "is a symbolic link"
+    elif kind == "fifo":
+        out = tmp_path / "pipe.svg"
+        os.mkfifo(out)
+        argv, expected = ["show", "windows", "swin_t", "--out", str(out)], "is a FIFO"
+    else:
+        out = image
+        argv = ["show", "attention", str(image), "--model", "swin_t", "--random-weights", "--out", str(out)]
+        expected = "would overwrite the input"
+    err = one_line_error(capsys, *argv)
+    assert err.startswith("swin show: --out: ") and expected in err and "choose another output name" in err
+    assert target.read_bytes() == b"precious" and image.read_bytes().startswith(MAGIC["png"])
+
+
+def test_interrupted_save_leaves_the_old_figure_and_no_partial_file(capsys, tmp_path, monkeypatch):
+    """A figure killed in the middle of its save (a big --img-size takes a while) must not leave a truncated
+    file at --out: the old one stays, and the temporary file is removed."""
+    from matplotlib.figure import Figure
+
+    def half_then_interrupted(self, fname, **kwargs):
+        with open(fname, "wb") as file:
+            file.write(b"<?xml half an svg")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", half_then_interrupted)
+    out = tmp_path / "windows.svg"
+    out.write_bytes(b"the previous figure")
+    code, _, err = run(capsys, "show", "windows", "swin_t", "--stage", "4", "--out", str(out))
+    assert code == 130 and "interrupted" in err
+    assert out.read_bytes() == b"the previous figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["windows.svg"]
+
+
+@pytest.mark.parametrize("dpi", ["0", "-5", "100000", "1.5", "many"])
+@pytest.mark.parametrize("what", ["windows", "attention"])
+def test_dpi_is_checked_before_any_work(capsys, tmp_path, monkeypatch, image, dpi, what):
+    """--dpi 0 used to fail after the forward ("dpi must be positive", no option named); --dpi 100000 ran out
+    of memory. Both are argument errors now, naming --dpi and its range."""
+    monkeypatch.setattr("swin.tools.show_windows.stage_layout", _no_layout)
+    monkeypatch.setattr("swin.tools.show_attention.check_request", _no_layout)
+    out = str(tmp_path / "f.png")
+    target = ["swin_t"] if what == "windows" else [str(image), "--model", "swin_t", "--random-weights"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", what, *target, "--out", out, "--dpi", dpi])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--dpi takes a whole number of dots per inch from 1 to 1200" in err and repr(dpi) in err
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_dpi_in_range_sets_the_png_size(capsys, tmp_path):
+    import struct
+
+    out = tmp_path / "w.png"
+    code, _, err = run(capsys, "show", "windows", "swin_t", "--stage", "4", "--out", str(out), "--dpi", "10")
+    assert code == 0, err
+    assert struct.unpack(">II", out.read_bytes()[16:24]) == (130, 138)  # the 13 x 13.8 inch figure at 10 dpi
