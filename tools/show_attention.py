@@ -119,8 +119,6 @@ class Prepared(NamedTuple):
 
 def prepare(request: AttentionRequest) -> Prepared:
     """Build the model with the requested weights and preprocess the image as those weights expect."""
-    from PIL import Image
-
     from ..factory import create_model
     from ..weights.data_config import create_transform, data_config
     from ..weights.user_weights import preprocessing_for, read_weights
@@ -138,8 +136,7 @@ def prepare(request: AttentionRequest) -> Prepared:
     model.eval()
     config = dict(preprocessing_for(request.arch, request.entry, layout) or data_config(model))
     config["input_size"] = (3, *model.config.img_size)  # the size the stage maps were checked against
-    with Image.open(request.image) as image:
-        pixels = image.convert("RGB")
+    pixels = read_image(request.image)  # 8-bit RGB, 16-bit and float images rescaled (not clipped)
     x = create_transform(config)(pixels).unsqueeze(0)
     return Prepared(model, x, tuple(config["mean"]), tuple(config["std"]), caption)
 

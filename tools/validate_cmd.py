@@ -122,10 +122,13 @@ class ImageFolder(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         from PIL import Image
 
+        from .images import UnsupportedImageError, open_rgb
+
         path, target = self.samples[index]
         try:
-            with Image.open(path) as image:
-                return self.transform(image.convert("RGB")), target
+            return self.transform(open_rgb(path)), target  # 16-bit and float images rescaled to 8 bits
+        except UnsupportedImageError as error:  # a depth with no range to map to 8 bits
+            raise DatasetError(f"{path}: {error}; or remove it, and run again") from None
         except (OSError, Image.DecompressionBombError) as error:  # truncated or not an image at all
             raise DatasetError(f"{path}: not a readable image ({error}); remove or replace it and run again") from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +33,8 @@ def data_config(model_or_name: nn.Module | str) -> dict[str, Any]:
             own ``img_size``.
 
     Returns:
-        ``input_size`` (C, H, W), ``resize_size`` (shorter side before the center crop), ``crop_pct``,
+        ``input_size`` (C, H, W), ``resize_size`` (before the center crop: the shorter side for a square
+        input, the (H, W) box the image is resized to cover for a non-square one), ``crop_pct``,
         ``crop_mode``, ``interpolation``, ``mean``, ``std``, ``num_classes`` and ``labels`` (timm's
         ImageNetInfo subset name, or None).
     """
@@ -200,13 +202,21 @@ def _origin(model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"name": entry.name, **entry.data_config()}, record
 
 
-def _resize_size(input_size: Any, crop_pct: float, origin: Mapping[str, Any]) -> int:
-    """The shorter side before the crop: the weights' own at their size and crop, else timm's floor(size / crop)."""
+def _resize_size(input_size: Any, crop_pct: float, origin: Mapping[str, Any]) -> int | tuple[int, int]:
+    """What the image is resized to before the center crop, as timm's evaluation transform does it.
+
+    A square input: the shorter side, the weights' own at their size and crop, else timm's floor(size / crop).
+    A non-square (H, W): the box (floor(H / crop), floor(W / crop)) that the image is resized to cover, keeping
+    its aspect ratio (timm's ``scale_size``), the weights' own box where they have one at this size and crop.
+    """
     height, width = tuple(input_size)[-2:]
     own = origin.get("input_size")
     if own is not None and tuple(own)[-2:] == (height, width) and crop_pct == origin["crop_pct"]:
-        return origin["resize_size"]
-    return int(min(height, width) / crop_pct)
+        if height == width or not isinstance(origin["resize_size"], int):  # an int is one side: square only
+            return origin["resize_size"]
+    if height == width:
+        return math.floor(height / crop_pct)
+    return (math.floor(height / crop_pct), math.floor(width / crop_pct))
 
 
 def _pinned(model: nn.Module) -> Mapping[str, Any]:
@@ -252,23 +262,72 @@ def _keys() -> tuple[str, ...]:
 
 
 def create_transform(config: dict[str, Any]):
-    """A torchvision transform (PIL image -> normalised tensor) for a ``data_config`` dict.
+    """A torchvision transform (PIL image -> normalised tensor) for a ``data_config`` dict: timm's evaluation
+    transform (``timm.data.create_transform`` of the same config), with ``resize_size`` as the resize.
 
-    Resize the shorter side to ``resize_size`` with ``interpolation``, center-crop to ``input_size``,
-    scale to [0, 1], normalise with ``mean``/``std``: timm's evaluation transform.
+    ``crop_mode`` "center" (the default): a square input resizes the shorter side to ``resize_size``; a
+    non-square one resizes the image, keeping its aspect ratio, to the smallest size that covers the
+    ``resize_size`` (H, W) box. Then a center crop to ``input_size``. "squash" resizes to the box ignoring the
+    aspect ratio, "border" to fit inside it, padding with the mean colour. Then scale to [0, 1] and normalise
+    with ``mean``/``std``, all with ``interpolation``.
+
+    Raises:
+        ValueError: ``resize_size`` is one side for a non-square ``input_size`` (the image would not cover the
+            crop: black bars), or an unknown ``crop_mode``.
     """
     from torchvision import transforms
 
     _, height, width = config["input_size"]
     mode = transforms.InterpolationMode(config["interpolation"])
+    crop_mode = config.get("crop_mode") or "center"
+    box = _resize_box(config, height, width)
+    if crop_mode == "center" and box[0] == box[1]:  # the square case: the shorter side to resize_size
+        resize, crop = transforms.Resize(box[0], interpolation=mode), transforms.CenterCrop((height, width))
+    elif crop_mode == "center":  # to cover the box, keeping the aspect ratio (timm's own transform)
+        from timm.data.transforms import ResizeKeepRatio
+
+        resize = ResizeKeepRatio(box, longest=0.0, interpolation=config["interpolation"])
+        crop = transforms.CenterCrop((height, width))
+    elif crop_mode == "squash":
+        resize, crop = transforms.Resize(box, interpolation=mode), transforms.CenterCrop((height, width))
+    elif crop_mode == "border":  # to fit inside the box, padded with the mean colour (timm's own transforms)
+        from timm.data.transforms import CenterCropOrPad, ResizeKeepRatio
+
+        resize = ResizeKeepRatio(box, longest=1.0, interpolation=config["interpolation"])
+        crop = CenterCropOrPad((height, width), fill=tuple(round(255 * v) for v in config["mean"]))
+    else:
+        raise ValueError(
+            f"crop_mode {crop_mode!r} is not one of 'center', 'squash', 'border' (timm's); pass one of them"
+        )
     return transforms.Compose(
-        [
-            transforms.Resize(config["resize_size"], interpolation=mode),
-            transforms.CenterCrop((height, width)),
-            transforms.ToTensor(),
-            transforms.Normalize(config["mean"], config["std"]),
-        ]
+        [resize, crop, transforms.ToTensor(), transforms.Normalize(config["mean"], config["std"])]
     )
+
+
+def _resize_box(config: Mapping[str, Any], height: int, width: int) -> tuple[int, int]:
+    """``resize_size`` as an (H, W) box; a single side (an int) is a square box, refused for a non-square input."""
+    size = config["resize_size"]
+    if isinstance(size, (list, tuple)):
+        if len(size) == 1:
+            size = size[0]
+        elif len(size) == 2:
+            return (int(size[0]), int(size[1]))
+        else:
+            raise ValueError(f"resize_size {size!r}: expected one side or a [height, width] box")
+    if height != width:
+        crop_pct = config.get("crop_pct")
+        timm = (
+            f" (timm's: [floor({height} / crop_pct), floor({width} / crop_pct)] = "
+            f"{[math.floor(height / crop_pct), math.floor(width / crop_pct)]})"
+            if isinstance(crop_pct, (int, float)) and crop_pct > 0
+            else ""
+        )
+        raise ValueError(
+            f"resize_size {size} is one side, but input_size {height}x{width} is not square: the resized image "
+            f"would not cover the crop (black bars); give resize_size as a [height, width] box{timm}, or leave it "
+            "out of the model's pretrained_cfg to have it derived from crop_pct"
+        )
+    return (int(size), int(size))
 
 
 def class_names(config: dict[str, Any]) -> list[str] | None:
