@@ -239,6 +239,15 @@ class OptimizedModel(nn.Module):
                 raise
             return getattr(self.model, name)
 
+    @property
+    def pretrained_cfg(self) -> dict:
+        """The model's (set on it too: ``swin.data_config`` and timm read the same values from either)."""
+        return self.model.pretrained_cfg
+
+    @pretrained_cfg.setter
+    def pretrained_cfg(self, values: dict | None) -> None:
+        self.model.pretrained_cfg = values
+
     def train(self, mode: bool = True) -> OptimizedModel:
         """Stays in eval mode: it runs without autograd, possibly on bf16 and frozen weights. To train, train
         the model itself (``.model``) and optimize it again afterwards."""

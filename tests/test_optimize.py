@@ -181,6 +181,9 @@ def test_clear_errors(pair):
         torch.nn.Sequential(fast).train()  # e.g. a parent module switched to training
     assert isinstance(fast, OptimizedModel) and not fast.training and not ours.training
     assert fast.num_classes == ours.num_classes and fast.pretrained_cfg == ours.pretrained_cfg  # the model's own
+    fast.pretrained_cfg = {"crop_pct": 1.0}  # set through the wrapper: on the model
+    assert ours.pretrained_cfg["crop_pct"] == 1.0 == swin.data_config(fast.model)["crop_pct"]
+    ours.pretrained_cfg = None
     assert fast(torch.zeros(1, 3, 224, 224, dtype=torch.uint8)).dtype == torch.float32
 
 
