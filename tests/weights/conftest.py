@@ -256,3 +256,16 @@ def safetensors_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
 def cache_files(home) -> list:
     """Every file under the cache root, temporary ones included."""
     return sorted(p for p in home.rglob("*") if p.is_file()) if home.exists() else []
+
+
+@pytest.fixture(scope="module")
+def timm_reference():
+    """timm's swin_t with random weights: (its state dict as safetensors bytes, an image, timm's logits)."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224").eval()
+    image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(image)
+    return safetensors_bytes(model.state_dict()), image, logits

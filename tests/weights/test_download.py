@@ -23,18 +23,6 @@ from tests.weights.conftest import cache_files, safetensors_bytes, tiny_swin_sta
 HUB_PATH = "/timm/swin_tiny_patch4_window7_224.ms_in1k/resolve/main/model.safetensors"
 
 
-@pytest.fixture(scope="module")
-def timm_reference():
-    import timm
-
-    torch.manual_seed(0)
-    model = timm.create_model("swin_tiny_patch4_window7_224").eval()
-    image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        logits = model(image)
-    return safetensors_bytes(model.state_dict()), image, logits
-
-
 class Payload:
     """Unpickling this calls exec, which would create ``marker``: the payload a checkpoint must never run."""
 

@@ -15,20 +15,8 @@ from swin.weights.pretrained import WeightsNotFoundError
 from .conftest import cache_files, safetensors_bytes, tiny_swin_state
 
 
-@pytest.fixture(scope="module")
-def timm_swin_t():
-    import timm
-
-    torch.manual_seed(0)
-    model = timm.create_model("swin_tiny_patch4_window7_224").eval()
-    image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        logits = model(image)
-    return safetensors_bytes(model.state_dict()), image, logits
-
-
-def test_another_architectures_weights_are_skipped_and_never_cached(server, entries, swin_home, timm_swin_t):
-    body, image, logits = timm_swin_t
+def test_another_architectures_weights_are_skipped_and_never_cached(server, entries, swin_home, timm_reference):
+    body, image, logits = timm_reference
     wrong = server.serve("/stale/model.safetensors", safetensors_bytes(tiny_swin_state()))
     right = server.serve("/good/model.safetensors", body)
     entries("mirrored", {"url": wrong}, {"url": right})
@@ -52,10 +40,10 @@ def test_swin_download_checks_the_architecture_too(server, entries, swin_home, c
     assert cache_files(swin_home) == []
 
 
-def test_a_model_built_otherwise_is_no_reason_to_refuse_the_download(server, entries, swin_home, timm_swin_t):
+def test_a_model_built_otherwise_is_no_reason_to_refuse_the_download(server, entries, swin_home, timm_reference):
     """The download is checked against the tag's architecture, not the model asked for: with overrides that
     change the trunk, the right file is cached once and the load is the ValueError naming the difference."""
-    body = timm_swin_t[0]
+    body = timm_reference[0]
     entries("right", {"url": server.serve("/good/model.safetensors", body)})
     for _ in range(2):
         with pytest.raises(ValueError, match="does not fit the model"):
