@@ -124,7 +124,7 @@ def create_model(
         from .weights.pretrained import load_pretrained
 
         if wanted:
-            load_pretrained(model, canonical, pretrained, reference=_entry_model(canonical, pretrained))
+            load_pretrained(model, canonical, pretrained, model_for=entry_model)
         if checkpoint_path is not None:
             load_pretrained(model, canonical, _existing_file(checkpoint_path))
     if optimize is not False:
@@ -134,16 +134,9 @@ def create_model(
     return model
 
 
-def _entry_model(name: str, pretrained: Any) -> nn.Module | None:
-    """The architecture a manifest tag's weights are of, on the meta device (shapes only): what a download is
-    checked to load into before it is cached (None for a file, a URL or a state dict)."""
-    if isinstance(pretrained, Mapping):
-        return None
-    from .weights.pretrained import manifest_entry_for
-
-    entry = manifest_entry_for(name, pretrained)
-    if entry is None:
-        return None
+def entry_model(entry: Any) -> nn.Module:
+    """The architecture and head a manifest entry's weights are of, on the meta device (shapes only): what a
+    download is checked to load into before it is cached (``swin.weights.pretrained.fetch(model_for=...)``)."""
     with torch.device("meta"):
         return SwinTransformer.from_config(get_config(entry.arch).replace(num_classes=entry.num_classes))
 

@@ -112,16 +112,12 @@ def cmd_download(args) -> int:
     except KeyError as error:
         print(f"swin download: {error.args[0]}", file=sys.stderr)
         return 2
-    import torch
-
-    from ..factory import create_model
+    from ..factory import entry_model
 
     failed = 0
     for entry in entries:
-        with torch.device("meta"):  # shapes only: what a download is checked to load into
-            model = create_model(entry.arch, num_classes=entry.num_classes)
         try:
-            path = fetch(entry, model=model)
+            path = fetch(entry, model_for=entry_model)  # checked to be the entry's architecture
         except (WeightsNotFoundError, DownloadError) as error:
             print(f"swin download: {_one_line(error, limit=4000)}", file=sys.stderr)  # one line per failed name
             failed += 1

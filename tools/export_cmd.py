@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..export import SIZE_MULTIPLE, check_size_range, example_size, export_onnx, export_program
-from ..factory import create_model
+from ..factory import create_model, entry_model
 from ..registry import resolve_name
 from ..weights.user_weights import load_weights, preprocessing_for
 from .atomic import atomic_output, check_output
@@ -90,7 +90,7 @@ def cmd_export(args) -> int:
     low, high = check_size_range(skeleton, _size_range(args.size_range, args.static))
 
     arch = resolve_name(args.name.partition(".")[0])
-    weights = load_weights(arch, args.weights) if args.weights else None
+    weights = load_weights(arch, args.weights, model_for=entry_model) if args.weights else None
     overrides: dict[str, Any] = {}
     if weights is not None and not args.features_only:
         if weights.num_classes is None:

@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from ..factory import entry_model
 from ..registry import resolve_name
 from ..weights import manifest
 from ..weights.user_weights import class_labels, locate_weights, preprocessing_for, read_weights
@@ -26,7 +27,9 @@ def cmd_predict(args) -> int:
     named = manifest.get_entry(arch, tag) if tag else None  # an explicit tag: its weights or preprocessing
     # The weights are located (fetched if need be) before the image is read, and read after it: a bad image
     # path costs no checkpoint read, and a missing download is reported whatever the image.
-    located = locate_weights(arch, args.weights if args.weights else (named.tag if named else True))
+    located = locate_weights(
+        arch, args.weights if args.weights else (named.tag if named else True), model_for=entry_model
+    )
     image = read_image(args.image, " (swin validate scores a folder)")
     weights = read_weights(*located)
     num_classes = weights.num_classes

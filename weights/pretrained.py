@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -136,11 +136,12 @@ def fetch(
     progress: bool | None = None,
     timeout: float | None = None,
     max_bytes: int | None = None,
-    model: nn.Module | None = None,
+    model_for: Callable[[PretrainedEntry], nn.Module] | None = None,
 ) -> Path:
-    """The cached file of ``entry``, downloading its sources in order until one passes every check: given the
-    ``model`` it is for (one of ``entry.arch``, on any device, ``meta`` included), also that its weights load
-    into it, so that a source serving another architecture's weights is skipped and never cached.
+    """The cached file of ``entry``, downloading its sources in order until one passes every check: given
+    ``model_for`` (``swin.factory.entry_model``: the entry's architecture and head, built on the meta device),
+    also that its weights load into that model, so that a source serving another architecture's weights is
+    skipped and never cached.
 
     A hub source already in the Hugging Face cache (timm or transformers downloaded it) is used without any
     request, before anything is downloaded. ``timeout`` and ``max_bytes`` bound each plain-URL download
@@ -155,6 +156,7 @@ def fetch(
     if cached is not None:
         return Path(cached)
     paths = [Path(entry.cache_path(s)) for s in entry.sources]
+    model = model_for(entry) if model_for is not None else None
     if not storage.offline():
         try:  # a $SWIN_HOME that cannot be written is one error before any request (README)
             for source, path in zip(entry.sources, paths, strict=True):
@@ -316,13 +318,15 @@ def manifest_entry_for(name: str, pretrained: bool | str | os.PathLike) -> Pretr
 
 
 def resolve(
-    name: str, pretrained: bool | str | os.PathLike, model: nn.Module | None = None
+    name: str,
+    pretrained: bool | str | os.PathLike,
+    model_for: Callable[[PretrainedEntry], nn.Module] | None = None,
 ) -> tuple[Path, PretrainedEntry | None]:
     """The local file ``pretrained`` designates for the architecture ``name`` (fetched if needed; a manifest
-    entry's download checked against ``model`` when given, see :func:`fetch`)."""
+    entry's download checked against ``model_for(entry)`` when given, see :func:`fetch`)."""
     entry = manifest_entry_for(name, pretrained)
     if entry is not None:
-        return fetch(entry, model=model), entry
+        return fetch(entry, model_for=model_for), entry
     value = os.fspath(pretrained)
     return (fetch_url(value) if _is_url(value) else Path(value)), None
 
@@ -336,11 +340,11 @@ def load_pretrained(
     model: nn.Module,
     name: str,
     pretrained: bool | str | os.PathLike | Mapping,
-    reference: nn.Module | None = None,
+    model_for: Callable[[PretrainedEntry], nn.Module] | None = None,
 ) -> nn.Module:
     """Load weights into ``model`` (built from the registered ``name``); see the module docstring.
-    ``reference``: the model a manifest tag's weights are of (its architecture and head, e.g. on the meta
-    device), which a download must load into before it is cached (:func:`fetch`).
+    ``model_for``: builds the model a manifest tag's weights are of (:func:`fetch`), which a download must load
+    into before it is cached.
 
     The checkpoint's layout is detected from its keys; bias tables are resized to the model's windows,
     the patch embedding adapted to its input channels; a classifier of another size and keys the model
@@ -357,7 +361,7 @@ def load_pretrained(
         path, entry, checkpoint = None, None, pretrained
         origin = "the state dict given as pretrained="
     else:
-        path, entry = resolve(name, pretrained, reference)
+        path, entry = resolve(name, pretrained, model_for)
         checkpoint = safe_load.load_file(path)
         origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     state = unwrap(checkpoint)

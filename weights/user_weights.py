@@ -6,6 +6,7 @@ and the preprocessing its publisher prescribes. ``swin predict``, ``swin export`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,17 +62,18 @@ def require_file(path: str, what: str) -> None:
 
 
 def locate_weights(
-    arch: str, value: str | bool, option: str = "--weights"
+    arch: str, value: str | bool, option: str = "--weights", model_for: Callable | None = None
 ) -> tuple[Path, manifest.PretrainedEntry | None]:
     """The local file of ``value`` (True: the default tag; a tag, ``ARCH.TAG``, a file or a URL), fetched
-    if needed, and its manifest entry if it is a tag."""
+    if needed (a tag's download checked against ``model_for(entry)``, see ``pretrained.fetch``), and its
+    manifest entry if it is a tag."""
     arch = resolve_name(arch)
     if isinstance(value, str) and not manifest.has_tag(arch, value):
         if os.path.exists(value):
             require_file(value, option)
             return Path(value), None
         try:
-            return resolve(arch, value)
+            return resolve(arch, value, model_for)
         except WeightsNotFoundError:
             raise
         except FileNotFoundError:
@@ -79,10 +81,12 @@ def locate_weights(
             raise FileNotFoundError(
                 f"{option} {value}: no such file, and neither a pretrained tag of {arch} ({tags}) nor an http(s) URL"
             ) from None
-    return resolve(arch, value)
+    return resolve(arch, value, model_for)
 
 
-def load_weights(arch: str, value: str | bool = True, option: str = "--weights") -> LoadedWeights:
+def load_weights(
+    arch: str, value: str | bool = True, option: str = "--weights", model_for: Callable | None = None
+) -> LoadedWeights:
     """Read the weights ``value`` names for the architecture ``arch`` (True: its default tag; a tag,
     ``ARCH.TAG``, a checkpoint file or an http(s) URL), convert them to our layout and check them.
 
@@ -90,7 +94,7 @@ def load_weights(arch: str, value: str | bool = True, option: str = "--weights")
     (:class:`~swin.weights.UnsafeCheckpointError`, :class:`~swin.weights.CorruptCheckpointError`); not a
     complete Swin checkpoint; nothing could be fetched (:class:`~swin.weights.WeightsNotFoundError`).
     """
-    return read_weights(*locate_weights(arch, value, option))
+    return read_weights(*locate_weights(arch, value, option, model_for))
 
 
 def read_weights(path: Path, entry: manifest.PretrainedEntry | None = None) -> LoadedWeights:

@@ -51,3 +51,13 @@ def test_a_model_built_otherwise_is_no_reason_to_refuse_the_download(server, ent
     assert server.requests == ["/good/model.safetensors"]  # cached once, not fetched again
     (cached,) = cache_files(swin_home)
     assert cached.read_bytes() == body
+
+
+def test_swin_predict_checks_the_architecture_too(server, entries, swin_home, capsys, tmp_path):
+    from PIL import Image
+
+    Image.new("RGB", (64, 64), (120, 30, 200)).save(tmp_path / "image.png")
+    entries("stale_predict", {"url": server.serve("/stale/model.safetensors", safetensors_bytes(tiny_swin_state()))})
+    assert main(["predict", str(tmp_path / "image.png"), "--model", "swin_t", "--weights", "stale_predict"]) != 0
+    assert "not the weights of swin_t.stale_predict" in capsys.readouterr().err
+    assert cache_files(swin_home) == []
