@@ -28,7 +28,9 @@ class SwinConfig:
         mlp_ratio: MLP hidden width over the block's width.
         qkv_bias: learn a bias in the q/k/v projections.
         num_classes: classifier outputs; 0 removes the head (the model then returns pooled features).
-        drop_rate: dropout after projections and before the head.
+        drop_rate: dropout after the patch embedding, the attention projection and both MLP layers (the
+            official ``drop_rate``), and before the head. timm's ``drop_rate`` is its head dropout alone, its
+            ``proj_drop_rate`` the rest: a timm recipe's ``--drop`` here drops in every block too.
         attn_drop_rate: dropout on attention probabilities.
         drop_path_rate: stochastic depth, rising linearly to this value over all blocks.
         ape: learn an absolute position embedding (no official checkpoint uses one).
