@@ -65,8 +65,25 @@ class SwinConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             object.__setattr__(self, f.name, _coerce(f.name, value, _hint(f.name)))
+        if not self.name or "." in self.name:
+            raise ValueError(
+                f"name {self.name!r} must be non-empty and without '.' (NAME.TAG names a pretrained tag), e.g. my_swin"
+            )
+        if not self.depths or any(depth < 1 for depth in self.depths):
+            raise ValueError(f"depths must give each stage at least one block, e.g. (2, 2, 6, 2), got {self.depths}")
         if len(self.depths) != len(self.num_heads):
             raise ValueError(f"depths {self.depths} and num_heads {self.num_heads} must have one entry per stage")
+        if any(heads < 1 for heads in self.num_heads):
+            raise ValueError(f"num_heads must be positive in every stage, got {self.num_heads}")
+        if len(self.img_size) != 2 or any(side < 1 for side in self.img_size):
+            raise ValueError(f"img_size must be (height, width) in pixels, both positive, got {self.img_size}")
+        if not self.mlp_ratio > 0:
+            raise ValueError(
+                f"mlp_ratio must be positive (the MLP's hidden width over its input's), got {self.mlp_ratio}"
+            )
+        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} is a probability in [0, 1), got {getattr(self, name)}")
         for i, heads in enumerate(self.num_heads):
             if (self.embed_dim * 2**i) % heads:
                 raise ValueError(f"stage {i} has {self.embed_dim * 2**i} channels, not divisible by num_heads={heads}")

@@ -44,26 +44,41 @@ def _ensure_loaded() -> None:
 def _load_entries(entries: Any, source: str, overwrite: bool) -> list[str]:
     if not isinstance(entries, dict):
         raise ValueError(f"{source}: expected a mapping of model name -> fields, got {type(entries).__name__}")
-    names = []
+    configs = []
     for name, fields in entries.items():
         if not isinstance(fields, dict):
             raise ValueError(f"{source}: entry {name!r} must be a mapping of config fields")
         try:
-            config = SwinConfig().replace(name=name, **fields)
+            configs.append(SwinConfig().replace(name=name, **fields))
         except (TypeError, ValueError) as error:
             raise type(error)(f"{source}: entry {name!r}: {error}") from None
-        _add(config, overwrite)
-        names.append(name)
-    return names
+    _add(configs, overwrite, source)  # all or none: a file with a bad entry registers nothing
+    return [config.name for config in configs]
 
 
-def _add(config: SwinConfig, overwrite: bool) -> None:
-    taken = config.name in _configs or config.name in _aliases
-    if taken and not overwrite:
-        raise ValueError(f"model {config.name!r} is already registered; pass overwrite=True to replace it")
-    _configs[config.name] = config
-    for alias in config.aliases:
-        _aliases[alias] = config.name
+def _add(configs: list[SwinConfig], overwrite: bool, source: str = "register_model") -> None:
+    """Register ``configs`` together, after checking every name and alias: taken names (other than by the
+    entry being replaced, with ``overwrite``) and names used twice are errors, and nothing is added."""
+    replaced = {config.name for config in configs if config.name in _configs} if overwrite else set()
+    owners = {alias: owner for alias, owner in _aliases.items() if owner not in replaced}
+    taken = set(_configs) - replaced | set(owners)
+    new: set[str] = set()
+    for config in configs:
+        for spelling in (config.name, *config.aliases):
+            if spelling in new:
+                raise ValueError(f"{source}: {spelling!r} is given twice; each name and alias must be unique")
+            if spelling in taken:
+                what = "name" if spelling in _configs else f"alias of {owners.get(spelling)!r}"
+                hint = "pass overwrite=True to replace it" if spelling == config.name else "choose another alias"
+                raise ValueError(f"{source}: {spelling!r} is already a registered {what}; {hint}")
+            new.add(spelling)
+    for name in replaced:  # an entry replaced drops its old aliases
+        for alias in [a for a, owner in _aliases.items() if owner == name]:
+            del _aliases[alias]
+    for config in configs:
+        _configs[config.name] = config
+        for alias in config.aliases:
+            _aliases[alias] = config.name
 
 
 def register_model(
@@ -78,6 +93,11 @@ def register_model(
     holding ``name: {fields}`` entries as in the bundled ``models.yaml``. Keyword fields build one entry.
     """
     _ensure_loaded()
+    if fields and isinstance(config, (SwinConfig, str, os.PathLike)):
+        raise TypeError(
+            f"register_model got a {type(config).__name__} and fields {sorted(fields)}: give the fields in it "
+            "(config.replace(...), or the YAML file), or pass them alone as keywords"
+        )
     with _lock:
         if isinstance(config, (str, os.PathLike)):
             with open(config) as handle:
@@ -89,7 +109,7 @@ def register_model(
             if "name" not in fields:
                 raise TypeError("register_model needs a name: register_model(name='my_swin', embed_dim=..., ...)")
             config = SwinConfig().replace(**fields)
-        _add(config, overwrite)
+        _add([config], overwrite)
         return [config.name]
 
 

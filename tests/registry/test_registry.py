@@ -44,7 +44,7 @@ def test_register_from_yaml(tmp_path):
     assert swin.register_model(path) == ["swin_mini_test"]
     model = swin.create_model("swin_mini_alias_test", num_classes=3)
     assert model.config.embed_dim == 32 and model.num_features == 256
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="'swin_mini_test' is already a registered name; pass overwrite=True"):
         swin.register_model(path)
 
 
@@ -60,3 +60,67 @@ def test_unknown_name_is_a_key_error_with_suggestions():
         resolve_name("swin_base_patch4_window7")
     assert isinstance(info.value, KeyError)
     assert "swin_base_patch4_window7_224" in str(info.value)
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """The registry as it is, put back after the test."""
+    from swin.registry import lookup
+
+    swin.list_models()
+    monkeypatch.setattr(lookup, "_configs", dict(lookup._configs))
+    monkeypatch.setattr(lookup, "_aliases", dict(lookup._aliases))
+    return lookup
+
+
+TINY = {"embed_dim": 16, "depths": (1, 1), "num_heads": (1, 2)}
+
+
+def test_names_and_aliases_are_never_taken_over(registry):
+    """An alias may not take a registered name or another model's alias (timm's name would build another
+    architecture); replacing an entry drops its old aliases."""
+    with pytest.raises(ValueError, match="'swin_tiny_patch4_window7_224' is already a registered alias of 'swin_t'"):
+        swin.register_model(name="mine", aliases=("swin_tiny_patch4_window7_224",), **TINY)
+    with pytest.raises(ValueError, match="'swin_t' is already a registered name"):
+        swin.register_model(name="mine", aliases=("swin_t",), **TINY)
+    assert resolve_name("swin_tiny_patch4_window7_224") == "swin_t" and "mine" not in swin.list_models()
+    swin.register_model(name="mine", aliases=("mine_alias",), **TINY)
+    swin.register_model(name="mine", overwrite=True, **TINY)
+    with pytest.raises(UnknownModelError):
+        resolve_name("mine_alias")
+
+
+def test_a_file_with_a_bad_entry_registers_nothing(registry, tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text(
+        "good_one:\n  embed_dim: 16\n  depths: [1, 1]\n  num_heads: [1, 2]\n"
+        "bad_one:\n  embed_dim: 16\n  depths: [1, 1]\n  num_heads: [3, 2]\n"
+    )
+    with pytest.raises(ValueError, match="bad_one.*not divisible by num_heads=3"):
+        swin.register_model(path)
+    assert "good_one" not in swin.list_models()
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        ({"name": "my.model"}, "without '.'"),
+        ({"name": ""}, "must be non-empty"),
+        ({"num_heads": (0, 2)}, "num_heads must be positive"),
+        ({"depths": (0, 1)}, "at least one block"),
+        ({"depths": (), "num_heads": ()}, "at least one block"),
+        ({"mlp_ratio": 0}, "mlp_ratio must be positive"),
+        ({"drop_rate": 2.0}, r"drop_rate is a probability in \[0, 1\)"),
+        ({"drop_path_rate": -0.5}, "drop_path_rate is a probability"),
+        ({"img_size": (-5, 224)}, "img_size must be"),
+    ],
+)
+def test_bad_fields_are_refused_when_registered(registry, fields, message):
+    with pytest.raises(ValueError, match=message):
+        swin.register_model(**{"name": "mine", **TINY, **fields})
+    assert "mine" not in swin.list_models()
+
+
+def test_fields_beside_a_config_are_an_error(registry):
+    with pytest.raises(TypeError, match="give the fields in it"):
+        swin.register_model(swin.get_config("swin_t").replace(name="mine"), embed_dim=16)
