@@ -115,7 +115,7 @@ def cmd_export(args) -> int:
     else:
         batches = "batch 1" if batch == 1 else f"batch 1..{batch}"
         shape = f"{batches}, height and width multiples of {SIZE_MULTIPLE} in {low}..{high}"
-    print(f"wrote {args.output}: {args.name} {kind}, {described}, {shape} (other sizes are refused)")
+    print(f"wrote {args.output}: {args.name} {kind}, {described}, {shape} (other heights and widths are refused)")
     return 0
 
 
@@ -144,7 +144,8 @@ def register(sub) -> None:
     p.add_argument(
         "--max-batch",
         type=int,
-        help="largest batch the exported graph accepts (default 64); with --static, its one batch (default 2)",
+        help="largest batch of the dynamic batch dimension (default 64; a .pt2 program refuses larger batches, an "
+        "ONNX graph does not check them); with --static, its one batch (default 2)",
     )
     p.add_argument(
         "--size-range",
