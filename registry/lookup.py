@@ -64,12 +64,13 @@ def _add(configs: list[SwinConfig], overwrite: bool, source: str = "register_mod
     taken = set(_configs) - replaced | set(owners)
     new: set[str] = set()
     for config in configs:
-        for spelling in (config.name, *config.aliases):
+        for spelling in (config.name, *(alias for alias in config.aliases if alias != config.name)):
             if spelling in new:
                 raise ValueError(f"{source}: {spelling!r} is given twice; each name and alias must be unique")
             if spelling in taken:
                 what = "name" if spelling in _configs else f"alias of {owners.get(spelling)!r}"
-                hint = "pass overwrite=True to replace it" if spelling == config.name else "choose another alias"
+                replaceable = spelling == config.name and spelling in _configs
+                hint = "pass overwrite=True to replace it" if replaceable else "choose another name"
                 raise ValueError(f"{source}: {spelling!r} is already a registered {what}; {hint}")
             new.add(spelling)
     for name in replaced:  # an entry replaced drops its old aliases
@@ -78,7 +79,8 @@ def _add(configs: list[SwinConfig], overwrite: bool, source: str = "register_mod
     for config in configs:
         _configs[config.name] = config
         for alias in config.aliases:
-            _aliases[alias] = config.name
+            if alias != config.name:
+                _aliases[alias] = config.name
 
 
 def register_model(

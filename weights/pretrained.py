@@ -157,12 +157,6 @@ def fetch(
         return Path(cached)
     paths = [Path(entry.cache_path(s)) for s in entry.sources]
     model = model_for(entry) if model_for is not None else None
-    if not storage.offline():
-        try:  # a $SWIN_HOME that cannot be written is one error before any request (README)
-            for source, path in zip(entry.sources, paths, strict=True):
-                probe_destination(path, redact(source.resolve_url()))
-        except DestinationError as error:
-            raise storage.cache_dir_error(error) from None
     progress = _progress() if progress is None else progress
     failures: list[str] = []
     done: set[int] = set()  # sources that already failed: not tried twice
@@ -183,6 +177,12 @@ def fetch(
             f"{entry.name} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE), so its "
             f"sources were not tried:\n{sources}{failed}\n{_placement(paths)}"
         )
+    try:  # a $SWIN_HOME that cannot be written is one error before any request (README); a file already in
+        # the Hugging Face cache was used above without it (link_verified tolerates an unwritable cache)
+        for source, path in zip(entry.sources, paths, strict=True):
+            probe_destination(path, redact(source.resolve_url()))
+    except DestinationError as error:
+        raise storage.cache_dir_error(error) from None
     for index, (source, path) in enumerate(zip(entry.sources, paths, strict=True)):
         if index in done:
             continue

@@ -90,6 +90,15 @@ def test_names_and_aliases_are_never_taken_over(registry):
         resolve_name("mine_alias")
 
 
+def test_an_entry_may_list_its_own_name_among_its_aliases(registry, tmp_path):
+    path = tmp_path / "self.yaml"
+    path.write_text(
+        "my_swin:\n  embed_dim: 16\n  depths: [1, 1]\n  num_heads: [1, 2]\n  aliases: [my_swin, my_alias]\n"
+    )
+    assert swin.register_model(path) == ["my_swin"]
+    assert resolve_name("my_alias") == "my_swin" == resolve_name("my_swin")
+
+
 def test_a_file_with_a_bad_entry_registers_nothing(registry, tmp_path):
     path = tmp_path / "two.yaml"
     path.write_text(

@@ -29,7 +29,7 @@ from swin.weights.download import (
 from swin.weights.pretrained import WeightsNotFoundError, fetch, fetch_url, resolve, split_pin
 from swin.weights.safe_load import CorruptCheckpointError
 from swin.weights.storage import CacheDirError
-from tests.weights.conftest import cache_files, safetensors_bytes, tiny_swin_state, torch_bytes
+from tests.weights.conftest import cache_files, hub_headers, safetensors_bytes, tiny_swin_state, torch_bytes
 
 SECRET_HEADERS = {"Authorization": "Bearer t0ken", "Cookie": "session=abc", "X-Api-Key": "k3y"}
 
@@ -231,6 +231,21 @@ def test_swin_home_is_checked_before_the_hub_is_asked(server, monkeypatch, tmp_p
     with pytest.raises(CacheDirError, match="is a file"):
         fetch(entry, progress=False)
     assert server.log == []  # not even the hub's HEAD
+
+
+def test_a_file_in_the_hub_cache_needs_no_writable_swin_home(server, monkeypatch, tmp_path, entries, swin_body):
+    """Weights already in the Hugging Face cache (timm downloaded them, or an earlier run) are used without a
+    request even when $SWIN_HOME cannot be written: only a download needs it."""
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    server.serve("/someone/swin/resolve/main/model.safetensors", swin_body, headers=hub_headers(swin_body))
+    entry = entries("hub_cached", {"hf_hub": "someone/swin", "filename": "model.safetensors"})
+    fetch(entry, progress=False)  # into the hub cache (and linked from ours)
+    server.log.clear()
+    home = tmp_path / "not_a_dir"
+    home.write_text("a file")
+    monkeypatch.setenv("SWIN_HOME", str(home))
+    path = fetch(entry, progress=False)
+    assert path.read_bytes() == swin_body and server.log == []
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes to read-only directories")
