@@ -207,8 +207,7 @@ class OptimizedModel(nn.Module):
     def __getstate__(self) -> dict:
         """Copies and pickles leave the compiled graph and the lock behind (derived state): a copy compiles on
         its first call, for its own weights."""
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        state = dict(state, _compiled=None, _signature=None, _held=[], compile_seconds={})
+        state = dict(super().__getstate__(), _compiled=None, _signature=None, _held=[], compile_seconds={})
         state.pop("_lock", None)
         return state
 
