@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .execution import window_sdpa
+from .execution import merged_bias, window_sdpa
 from .position_bias import relative_position_index
 
 __all__ = ["WindowAttention", "WindowAttentionBase"]
@@ -46,12 +46,8 @@ class WindowAttentionBase(nn.Module):
 
     def attention_bias(self, mask: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor:
         """Position bias plus shift mask as one additive tensor in ``dtype`` (None: as computed, the
-        parameters' dtype), as :func:`window_sdpa` takes it: (1, heads, N, N) without a mask,
-        (1, nW*heads, N, N) with one."""
-        bias = self.position_bias().unsqueeze(0)  # 1, heads, N, N
-        if mask is not None:
-            n = mask.shape[-1]
-            bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)  # 1, nW*heads, N, N
+        parameters' dtype): (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one."""
+        bias = merged_bias(self.position_bias(), mask)
         return bias if dtype is None else bias.to(dtype)
 
     def macs(self, tokens: int) -> int:
@@ -105,6 +101,6 @@ class WindowAttention(WindowAttentionBase):
         heads = self.num_heads
         qkv = self.qkv(x).view(batch, windows, n, 3, heads, channels // heads).permute(3, 0, 1, 4, 2, 5)
         q, k, v = qkv.unbind(0)  # each B, nW, heads, N, d
-        bias = self.attention_bias(mask, None)  # window_sdpa casts it as its kernel needs
-        out = window_sdpa(q, k, v, bias, mask is not None, self.attn_drop if self.training else 0.0)
+        # position bias and mask apart: window_sdpa merges them or its kernel adds them, casting as it needs
+        out = window_sdpa(q, k, v, self.position_bias(), mask, self.attn_drop if self.training else 0.0)
         return self.proj_drop(self.proj(out))

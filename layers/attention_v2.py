@@ -99,11 +99,10 @@ class WindowAttentionV2(WindowAttentionBase):
         qkv = qkv.view(batch, windows, n, 3, heads, head_dim)
         q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each B, nW, heads, N, d
         # Scaled cosine attention (paper eq. 2): tau * cos(q, k); the temperature scales the unit queries, so
-        # SDPA runs with scale 1.
+        # attention runs with scale 1.
         scale = torch.clamp(self.logit_scale, max=LOGIT_SCALE_MAX).exp()  # heads, 1, 1
         q = F.normalize(q, dim=-1) * scale
         k = F.normalize(k, dim=-1)
-        bias = self.attention_bias(mask, x.dtype)
         dropout = self.attn_drop if self.training else 0.0
-        out = window_sdpa(q, k, v, bias, mask is not None, dropout, scale=1.0)
+        out = window_sdpa(q, k, v, self.position_bias(), mask, dropout, scale=1.0)
         return self.proj_drop(self.proj(out))

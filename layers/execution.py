@@ -15,8 +15,10 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
   counters attribute work through hooks), and when every submodule is one of ours or torch's own layers: a
   module of the user's may depend on the whole batch (dynamic quantization takes each call's activation
   range), so a model holding one runs the batch at once. What it gains: ``swin bench --unchunked``.
-- :func:`window_sdpa`: the attention kernel call for windows, eager or traced: SDPA's fused kernel, or on CPU
-  in bf16/fp16 two matmuls and a softmax (faster there at 49-token windows, see ``_matmul_attention_pays``).
+- :func:`window_sdpa`: the attention kernel call for windows, eager or traced: in bf16 inference on a CPU with
+  AVX512-BF16 our fused window-attention kernel (:mod:`swin.layers.window_kernel`), else SDPA's fused kernel,
+  or on CPU in bf16/fp16 two matmuls and a softmax (faster there at 49-token windows, see
+  ``_matmul_attention_pays``).
 - :func:`swin.layers.linear_kernel.linear_kernels` (its own module, entered beside :func:`image_chunks` in the
   trunk's forward): which GEMM library runs float32 linear layers on CPU, MKL's (ATen's default) or
   oneDNN's, whichever a timing on the machine found faster; every call still goes through the module's
@@ -31,7 +33,9 @@ from typing import TypeVar
 import torch
 import torch.nn.functional as F
 
-__all__ = ["CHUNK_BYTES", "ENABLED", "image_chunks", "plain", "run_in_image_chunks", "window_sdpa"]
+from . import window_kernel
+
+__all__ = ["CHUNK_BYTES", "ENABLED", "image_chunks", "merged_bias", "plain", "run_in_image_chunks", "window_sdpa"]
 
 # The largest intermediate a piece may make: under glibc's 32 MiB mmap threshold with room to spare.
 CHUNK_BYTES = 24 * 2**20
@@ -95,17 +99,32 @@ def plain(model: torch.nn.Module) -> bool:
     return True
 
 
+def merged_bias(position_bias: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Position bias (heads, N, N) plus shift mask (nW, N, N) as one additive tensor: (1, heads, N, N) without a
+    mask, (1, nW*heads, N, N) with one (the layout :func:`window_sdpa`'s unfused paths take)."""
+    bias = position_bias.unsqueeze(0)
+    if mask is not None:
+        n = mask.shape[-1]
+        bias = (bias + mask.unsqueeze(1)).reshape(1, -1, n, n)
+    return bias
+
+
 def window_sdpa(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    bias: torch.Tensor,
-    masked: bool,
+    position_bias: torch.Tensor,
+    mask: torch.Tensor | None,
     dropout: float = 0.0,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) v for (B, nW, heads, N, d) q, k, v; the heads' outputs side by side,
-    (B, nW, N, heads*d). ``bias`` is (1, heads, N, N), or (1, nW*heads, N, N) with a shift mask merged in.
+    """softmax(q k^T * scale + position_bias + mask) v for (B, nW, heads, N, d) q, k, v, a (heads, N, N) position
+    bias and a (nW, N, N) shift mask or None; the heads' outputs side by side, (B, nW, N, heads*d).
+
+    Which kernel: bfloat16 inference on a CPU with AVX512-BF16, eager or compiled with static sizes: the fused
+    window-attention kernel (:mod:`swin.layers.window_kernel`), where no autograd, autocast, dispatch mode or
+    transform needs the aten ops. Otherwise SDPA's fused kernel, or on CPU in bf16/fp16 with the default scale (Swin V1)
+    two matmuls and a softmax (``_matmul_attention_pays``).
 
     SDPA's fused CPU kernel takes 4-D inputs. Without a mask the bias broadcasts over (B*nW); with one,
     windows and heads share a dimension so that the (nW*heads) bias broadcasts over the batch, which costs a
@@ -113,10 +132,8 @@ def window_sdpa(
     where they can, and SDPA called on views of the projection writes its output already in token-major order.
     Exported (``torch.export``, ONNX) or traced with symbolic sizes, a reshape would have to decide whether it
     is a view, and the ONNX exporter fails on reshape of the transposed output even at static sizes, so there:
-    explicit copies, then views. Compiled with static sizes (``torch.compile`` of one shape, as
-    ``swin.optimize`` does) it runs as eager, without those copies. On CPU in bf16/fp16 with the default scale
-    (Swin V1), eager or compiled with static sizes, it is two matmuls and a softmax instead
-    (``_matmul_attention_pays``).
+    explicit copies, then views (and neither the fused kernel nor the matmul path). Compiled with static sizes
+    (``torch.compile`` of one shape, as ``swin.optimize`` does) it runs as eager, without those copies.
     """
     batch, windows, heads, n, head_dim = q.shape
     traced = torch.compiler.is_compiling()
@@ -124,6 +141,17 @@ def window_sdpa(
     careful = torch.jit.is_tracing() or (
         traced and (torch.compiler.is_exporting() or not all(type(size) is int for size in q.shape))
     )
+    if not careful and _fused_attention_pays(q, k, v, position_bias, dropout, traced):
+        return window_kernel.window_attention(
+            q,
+            k,
+            v,
+            position_bias.float().contiguous(),
+            None if mask is None else mask.float().contiguous(),
+            head_dim**-0.5 if scale is None else scale,
+        )
+    bias = merged_bias(position_bias, mask)
+    masked = mask is not None
     if not careful and scale is None and _matmul_attention_pays(q):
         # Under autocast the bias keeps its float32 and the scores, softmax and its backward follow, as in
         # timm's and torchvision's attention under autocast (their float32 bias promotes the scores too).
@@ -145,6 +173,32 @@ def window_sdpa(
     if careful:
         return out.clone(memory_format=torch.contiguous_format).view(batch, windows, n, heads * head_dim)
     return out.reshape(batch, windows, n, heads * head_dim)
+
+
+def _fused_attention_pays(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position_bias: torch.Tensor, dropout: float, traced: bool
+) -> bool:
+    """Whether the fused bf16 window-attention kernel runs this call: a shape and dtype it covers, no autograd
+    wanted through it, not under autocast (whose semantics, as timm's and torchvision's attention under it,
+    round the scores to bf16 before adding the float32 bias; the kernel keeps them in float32), and, eager,
+    plain tensors with nothing observing the aten ops (dispatch modes such as FLOP counters, functorch
+    transforms, forward-mode AD); it is built on the first such call. Compiled (``swin.optimize`` runs one image
+    eagerly first, which builds it), it is used once built."""
+    if not (window_kernel.ENABLED and window_kernel.supports(q, k, v, dropout)):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, position_bias)):
+        return False
+    if torch.is_autocast_enabled(q.device.type):
+        return False  # autocast's attention is a bf16 matmul's scores, softmax in float32: timm's, kept
+    if traced:
+        return window_kernel.READY
+    return (
+        all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in (q, k, v, position_bias))
+        and torch._C._len_torch_dispatch_stack() == 0
+        and torch._C._functorch.peek_interpreter_stack() is None
+        and torch.autograd.forward_ad._current_level == -1
+        and window_kernel.available()
+    )
 
 
 def _matmul_attention_pays(q: torch.Tensor) -> bool:

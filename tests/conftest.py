@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -15,6 +16,12 @@ from swin.weights import convert
 if os.environ.get("PYTEST_XDIST_WORKER"):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+# The fused attention kernel (swin.layers.window_kernel) builds into torch's extension cache on first use: the
+# tests' own, shared by the workers (a build is renamed into place whole), not the user's.
+os.environ.setdefault(
+    "TORCH_EXTENSIONS_DIR", os.path.join(tempfile.gettempdir(), f"swin-tests-torch-extensions-{os.getuid()}")
+)
 
 # Our registered name -> timm's name (timm is an independent implementation of the same architectures).
 TIMM_NAMES = {name: swin.get_config(name).aliases[0] for name in swin.list_models()}

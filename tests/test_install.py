@@ -40,3 +40,5 @@ def test_plain_install_imports_from_elsewhere(tmp_path):
         [sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, capture_output=True, text=True
     ).stdout.split()
     assert out[0].startswith(str(target)) and out[1] == "swin_b"
+    # the fused attention kernel's source, which swin.layers.window_kernel builds on first use
+    assert (target / "swin" / "layers" / "window_attention.cpp").is_file()

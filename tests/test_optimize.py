@@ -108,16 +108,18 @@ def test_compiled_with_freezing_matches_timm(frozen):
 
 def test_compiled_bf16_matches_timm_float32(monkeypatch):
     """The compiled bf16 path: pinned window plans frozen into the graph (the shift mask folded into the bias)
-    and, on CPU, attention as two matmuls and a softmax instead of SDPA (swin.layers.execution): logits within
-    1e-2 relative error of timm's in float32, as eager bf16. Per-token logits (no pooling), and position biases
-    large enough to matter (at their initial std of 0.02, leaving the bias out changes pooled logits by 2e-3);
-    leaving out the bias or the shift mask fails this test."""
+    and, on CPU without the fused kernel (a CPU without AVX512-BF16; here turned off), attention as two matmuls
+    and a softmax instead of SDPA (swin.layers.execution): logits within 1e-2 relative error of timm's in
+    float32, as eager bf16 (with the kernel: tests/layers/test_window_kernel.py). Per-token logits (no
+    pooling), and position biases large enough to matter (at their initial std of 0.02, leaving the bias out
+    changes pooled logits by 2e-3); leaving out the bias or the shift mask fails this test."""
     shape = {"depths": (2,), "num_heads": (2,), "embed_dim": 64, "global_pool": "", "num_classes": 16}
     # 112 pixels: a 28x28 map of 4x4 windows, 7 of 16 of them on the seam the shift mask cuts
     reference, ours = timm_pair("swin_t", shape=shape, position_bias_std=5.0, img_size=112)
     fast = swin.optimize(ours, dtype="bfloat16", compile="force")
-    from swin.layers import execution
+    from swin.layers import execution, window_kernel
 
+    monkeypatch.setattr(window_kernel, "ENABLED", False)
     traced = []  # the matmul path, seen while dynamo traces it (once per block)
     matmul_attention = execution._matmul_attention
     monkeypatch.setattr(execution, "_matmul_attention", lambda *a: traced.append(1) or matmul_attention(*a))

@@ -1,0 +1,245 @@
+"""Fused window attention for bfloat16 inference on CPUs with AVX512-BF16 (``window_attention.cpp``).
+
+What it replaces: ATen's fused SDPA kernel is slow per (window, head) pair at Swin's 49-token windows in
+bfloat16, and two batched matmuls around a softmax write and read the (windows, heads, N, N) scores through
+memory four times. This kernel computes each (image, window, head)'s scores, softmax and weighted sum of
+values in the core's cache, with the scores and the softmax in float32 (closer to float32 attention than the
+bf16-rounded scores of the matmul path). What it gains: docs/PERFORMANCE.md; ``SWIN_FUSED_ATTENTION=0`` turns
+it off (for comparison, or to rule it out).
+
+How it is built: on first use, with the C++ compiler ``torch.compile`` uses on CPU (``$CXX``, else ``c++``),
+into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``), named by a hash of
+the source, the flags and the compiler's version; written under a temporary name and renamed, so that a
+killed build or two processes building at once never leave a half-written library. It has no torch headers
+(about a second to build) and is loaded with ctypes; its OpenMP threads are torch's own pool (the libgomp
+torch loaded). Where it cannot be built (no compiler, one too old for AVX512-BF16) a warning says so once,
+and attention keeps the matmul path.
+
+It is called through the custom op ``swin::window_attention``, so that ``torch.compile`` (``swin.optimize``)
+keeps it as one call in the graph, and only where the answer needs no autograd (no grad wanted, or nothing
+requiring it), on plain CPU tensors, under no ``TorchDispatchMode`` (FLOP counters and fake tensors see the
+aten ops of the other path), and for what the kernel covers (:func:`supports`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+from importlib import resources
+
+import torch
+
+__all__ = ["ENABLED", "available", "supports", "window_attention"]
+
+# False: never used (SWIN_FUSED_ATTENTION=0 in the environment sets it).
+ENABLED: bool = os.environ.get("SWIN_FUSED_ATTENTION", "") != "0"
+
+_FLAGS = (
+    "-O3",
+    "-std=c++17",
+    "-mavx512f",
+    "-mavx512bw",
+    "-mavx512vl",
+    "-mavx512dq",
+    "-mavx512bf16",
+    "-mfma",
+    "-fopenmp",
+    "-fPIC",
+    "-shared",
+)
+_SYMBOL = "swin_window_attention_bf16"
+_MAX_TOKENS = 256
+_LOG = logging.getLogger("swin")
+
+_LOCK = threading.Lock()
+# The loaded library's entry point once built; READY mirrors it as a plain bool that code traced by
+# torch.compile can read (it never builds there).
+_function = None
+_failed: str | None = None
+READY = False
+
+
+def _cpu_has_bf16_dot() -> bool:
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    return bool(capabilities and capabilities().get("avx512_bf16"))
+
+
+def _cache_dir() -> str:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "torch_extensions")
+    return os.path.join(root, "swin")
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX") or "c++"
+
+
+def _build() -> str:
+    """The library's path, built if this source, flags and compiler have not built it before."""
+    source = resources.files(__package__).joinpath("window_attention.cpp").read_bytes()
+    compiler = _compiler()
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        raise RuntimeError(f"no working C++ compiler {compiler!r} ({error}); set CXX to one") from error
+    key = hashlib.sha256(source + " ".join(_FLAGS).encode() + version).hexdigest()[:16]
+    directory = _cache_dir()
+    path = os.path.join(directory, f"window_attention_{key}.so")
+    if os.path.isfile(path):
+        return path
+    os.makedirs(directory, exist_ok=True)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as work:
+        src = os.path.join(work, "window_attention.cpp")
+        with open(src, "wb") as f:
+            f.write(source)
+        out = os.path.join(work, "window_attention.so")
+        run = subprocess.run([compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True, timeout=600)
+        if run.returncode:
+            tail = " ".join(run.stderr.strip().splitlines()[-3:])
+            raise RuntimeError(f"{compiler} failed: {tail}")
+        os.replace(out, path)  # the finished library appears at once, or not at all
+    _LOG.info("swin: built the fused window-attention kernel in %.1f s: %s", time.perf_counter() - start, path)
+    return path
+
+
+def available() -> bool:
+    """Whether the kernel can run here (CPU with AVX512-BF16, enabled), building and loading it on the first
+    call. A build that fails warns once and is not tried again in this process."""
+    global _function, _failed, READY
+    if not ENABLED or not _cpu_has_bf16_dot():
+        return False
+    if _function is not None or _failed is not None:
+        return _function is not None
+    with _LOCK:
+        if _function is None and _failed is None:
+            try:
+                library = ctypes.CDLL(_build())
+                function = getattr(library, _SYMBOL)
+            except (OSError, RuntimeError, AttributeError, subprocess.SubprocessError) as error:
+                _failed = str(error)
+                warnings.warn(
+                    f"swin: the fused bf16 window-attention kernel could not be built ({_failed}); attention "
+                    "runs as two matmuls and a softmax instead (slower). Set SWIN_FUSED_ATTENTION=0 to silence "
+                    "this.",
+                    stacklevel=3,
+                )
+                return False
+            pointer, integer = ctypes.c_void_p, ctypes.c_int
+            function.argtypes = [pointer] * 6 + [integer] * 5 + [pointer, pointer, integer, ctypes.c_float]
+            function.argtypes += [pointer, integer]
+            function.restype = integer
+            _function = function
+            READY = True
+    return True
+
+
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float) -> bool:
+    """Whether this call is one the kernel computes: bfloat16 (B, nW, heads, N, d) q, k, v on CPU, d a
+    multiple of 32 up to 128, N up to 256, no dropout."""
+    head_dim, tokens = q.shape[-1], q.shape[-2]
+    return (
+        not dropout
+        and q.device.type == "cpu"
+        and all(t.dtype == torch.bfloat16 for t in (q, k, v))
+        and head_dim % 32 == 0
+        and 32 <= head_dim <= 128
+        and 1 <= tokens <= _MAX_TOKENS
+    )
+
+
+def window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """softmax(q k^T * scale + bias + mask) v for bfloat16 (B, nW, heads, N, d) q, k, v, a float32 (heads, N, N)
+    position bias and a float32 (nW or 1, N, N) shift mask or None; (B, nW, N, heads*d) bfloat16, the heads'
+    outputs side by side. No autograd: call it where none is needed. Traced (``torch.compile``), the custom op
+    ``swin::window_attention``; eager, the kernel directly (the op's dispatch costs more than a small call)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.swin.window_attention(q, k, v, bias, mask, scale)
+    return _run(q, k, v, bias, mask, scale)
+
+
+@torch.library.custom_op("swin::window_attention", mutates_args=(), device_types="cpu")
+def _window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    return _run(q, k, v, bias, mask, scale)
+
+
+@_window_attention.register_fake
+def _(q, k, v, bias, mask, scale):
+    _check(q, k, v, bias, mask)
+    batch, windows, heads, n, head_dim = q.shape
+    return q.new_empty(batch, windows, n, heads * head_dim)
+
+
+def _run(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    _check(q, k, v, bias, mask)
+    if not available():
+        raise RuntimeError(
+            "swin::window_attention: the fused kernel is not available here (it needs a CPU with AVX512-BF16 "
+            f"and a C++ compiler{'; ' + _failed if _failed else ''})"
+        )
+    batch, windows, heads, n, head_dim = q.shape
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    bias = bias.contiguous()
+    mask = mask.contiguous() if mask is not None else None
+    out = torch.empty(batch, windows, n, heads * head_dim, dtype=q.dtype, device=q.device)
+    strides = [(ctypes.c_int64 * 4)(*t.stride()[:4]) for t in (q, k, v)]
+    status = _function(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        *strides,
+        batch,
+        windows,
+        heads,
+        n,
+        head_dim,
+        bias.data_ptr(),
+        mask.data_ptr() if mask is not None else None,
+        mask.shape[0] if mask is not None else 1,
+        scale,
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
+    if status:
+        raise RuntimeError(f"swin::window_attention: the kernel refused q {tuple(q.shape)} (status {status})")
+    return out
+
+
+def _check(q, k, v, bias, mask) -> None:
+    if q.dim() != 5 or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(
+            f"swin::window_attention: q, k, v must be (B, nW, heads, N, d) of one shape, got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    batch, windows, heads, n, head_dim = q.shape
+    if not supports(q, k, v, 0.0):
+        raise ValueError(
+            f"swin::window_attention: takes bfloat16 CPU q, k, v with head_dim a multiple of 32 up to 128 and up "
+            f"to {_MAX_TOKENS} tokens, got {q.dtype} on {q.device}, head_dim {head_dim}, {n} tokens"
+        )
+    if bias.shape != (heads, n, n) or bias.dtype != torch.float32:
+        raise ValueError(
+            f"swin::window_attention: bias must be float32 ({heads}, {n}, {n}), got {bias.dtype} {tuple(bias.shape)}"
+        )
+    if mask is not None and (
+        mask.dim() != 3 or mask.shape[0] not in (1, windows) or mask.shape[1:] != (n, n) or mask.dtype != torch.float32
+    ):
+        raise ValueError(
+            f"swin::window_attention: mask must be float32 (1 or {windows}, {n}, {n}), got "
+            f"{mask.dtype} {tuple(mask.shape)}"
+        )

@@ -1,0 +1,252 @@
+"""The fused bf16 window-attention kernel (swin.layers.window_kernel): its outputs against float32 attention
+computed by torch's SDPA (an independent implementation) and against timm's model, where it is used and where
+not, and how it is built (cache, failure).
+
+Tests that run the kernel are skipped on a CPU without AVX512-BF16 (there the kernel is never used).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import swin
+from swin.layers import window_kernel
+
+from ..conftest import timm_pair
+
+needs_kernel = pytest.mark.skipif(
+    not window_kernel.available(), reason="no AVX512-BF16 here, or the kernel could not be built"
+)
+
+
+def _windows(batch, windows, heads, n, head_dim, seed=0, spread=1.0):
+    """q, k, v as the attention module makes them: strided views of one (B, nW, N, 3*C) projection."""
+    generator = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(batch, windows, n, 3 * heads * head_dim, generator=generator) * spread
+    qkv = qkv.bfloat16().view(batch, windows, n, 3, heads, head_dim).permute(3, 0, 1, 4, 2, 5)
+    return qkv.unbind(0)
+
+
+def _reference(q, k, v, bias, mask, scale):
+    """float32 SDPA on the same bf16 values, the heads side by side as (B, nW, N, heads*d)."""
+    batch, windows, heads, n, head_dim = q.shape
+    additive = bias.unsqueeze(0) if mask is None else bias.unsqueeze(0) + mask.unsqueeze(1)  # (1|nW, heads, N, N)
+    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=additive, scale=scale)
+    return out.transpose(2, 3).reshape(batch, windows, n, heads * head_dim)
+
+
+def _error(out, reference):
+    return ((out.float() - reference).norm() / reference.norm()).item()
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "batch, windows, heads, n, head_dim, mask_windows",
+    [
+        (2, 4, 3, 49, 32, 4),  # Swin's 7x7 windows, a shift mask per window
+        (1, 3, 2, 49, 64, None),  # no mask, wider heads
+        (3, 2, 2, 144, 32, 2),  # 12x12 windows (384 models): 9 vectors of keys
+        (1, 2, 1, 5, 32, 1),  # fewer tokens than one vector, one mask for all windows
+        (1, 1, 2, 256, 128, None),  # the largest it takes
+        (2, 1, 1, 64, 96, 1),  # a whole number of vectors
+    ],
+)
+def test_matches_float32_attention(batch, windows, heads, n, head_dim, mask_windows):
+    q, k, v = _windows(batch, windows, heads, n, head_dim)
+    generator = torch.Generator().manual_seed(1)
+    bias = torch.randn(heads, n, n, generator=generator) * 3
+    mask = None
+    if mask_windows:
+        mask = torch.zeros(mask_windows, n, n)
+        mask[:, : n // 2, n // 3 :] = -100.0  # Swin's value; no row is masked whole
+    scale = head_dim**-0.5
+    out = window_kernel.window_attention(q, k, v, bias, mask, scale)
+    assert out.shape == (batch, windows, n, heads * head_dim) and out.dtype == torch.bfloat16
+    # bf16 output rounding alone is ~2e-3; the matmul path (bf16 scores) is ~8e-3
+    assert _error(out, _reference(q, k, v, bias, mask, scale)) <= 4e-3
+
+
+@needs_kernel
+def test_large_scores_stay_finite_and_exact():
+    """Scores thousands apart (a peaked softmax, most terms exactly zero) and a scale of 1, as Swin V2 runs."""
+    q, k, v = _windows(2, 2, 2, 49, 32, spread=8.0)
+    bias = torch.zeros(2, 49, 49)
+    out = window_kernel.window_attention(q, k, v, bias, None, 1.0)
+    assert torch.isfinite(out.float()).all()
+    assert _error(out, _reference(q, k, v, bias, None, 1.0)) <= 4e-3
+
+
+@needs_kernel
+def test_contiguous_and_strided_inputs_agree():
+    q, k, v = _windows(2, 3, 2, 49, 32)
+    bias = torch.randn(2, 49, 49)
+    strided = window_kernel.window_attention(q, k, v, bias, None, 0.2)
+    contiguous = window_kernel.window_attention(q.contiguous(), k.contiguous(), v.contiguous(), bias, None, 0.2)
+    assert torch.equal(strided, contiguous)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda q, bias, mask: (q.float(), bias, mask), "bfloat16"),
+        (lambda q, bias, mask: (q, bias.bfloat16(), mask), "bias must be float32"),
+        (lambda q, bias, mask: (q, bias[:1], mask), "bias must be float32"),
+        (lambda q, bias, mask: (q, bias, torch.zeros(3, 49, 49)), "mask must be float32"),
+    ],
+)
+def test_refuses_what_it_does_not_compute(change, message):
+    q, k, v = _windows(1, 2, 2, 49, 32)
+    q, bias, mask = change(q, torch.zeros(2, 49, 49), torch.zeros(2, 49, 49))
+    with pytest.raises(ValueError, match=message):
+        window_kernel.window_attention(q, k, v, bias, mask, 1.0)
+
+
+def _spy(monkeypatch):
+    calls = []
+    run = window_kernel._run
+    monkeypatch.setattr(window_kernel, "_run", lambda *a: calls.append(a[0].shape) or run(*a))
+    return calls
+
+
+@needs_kernel
+def test_bf16_model_uses_it_and_matches_timm_float32(monkeypatch):
+    """Inference of a model cast to bf16: every block's attention through the kernel, logits within bf16
+    tolerance of timm's in float32 (per-token logits, position biases large enough to matter)."""
+    shape = {"depths": (2, 2), "num_heads": (2, 4), "embed_dim": 64, "global_pool": "", "num_classes": 16}
+    reference, ours = timm_pair("swin_t", shape=shape, position_bias_std=5.0, img_size=112)
+    calls = _spy(monkeypatch)
+    x = torch.randn(2, 3, 112, 112)
+    with torch.no_grad():
+        expected = reference(x).permute(0, 3, 1, 2)
+        got = ours.to(torch.bfloat16)(x.bfloat16())
+    assert len(calls) == 4
+    assert _error(got, expected) <= 1e-2
+
+
+@needs_kernel
+def test_swin_v2_bf16_uses_it_and_matches_timm_float32(monkeypatch):
+    """Swin V2's cosine attention (scale 1, the temperature inside q) through the kernel. Its post-norms start
+    at zero, which would hide attention: set to one, the logit scales spread out."""
+    from swin.weights import convert
+
+    shape = {"depths": (2, 2), "num_heads": (2, 4), "embed_dim": 64, "global_pool": "", "num_classes": 16}
+    reference, ours = timm_pair("swinv2_t_w8", shape=shape, img_size=128)
+    with torch.no_grad():
+        for name, parameter in reference.named_parameters():
+            if ".norm" in name and name.endswith("weight"):
+                parameter.fill_(1.0)
+            elif name.endswith("logit_scale"):
+                parameter.uniform_(0.5, 2.3)
+    ours.load_state_dict(convert(reference.state_dict(), source="timm"))
+    calls = _spy(monkeypatch)
+    x = torch.randn(2, 3, 128, 128)
+    with torch.no_grad():
+        expected = reference(x).permute(0, 3, 1, 2)
+        got = ours.to(torch.bfloat16)(x.bfloat16())
+        timm_bf16 = reference.to(torch.bfloat16)(x.bfloat16()).permute(0, 3, 1, 2)
+    assert len(calls) == 4
+    # V2 in bf16 is ~1% off float32 here whatever runs attention (normalised q, k and the temperature in
+    # bf16): ours no further off than timm's own model cast to bf16
+    assert _error(got, expected) <= _error(timm_bf16, expected)
+
+
+@needs_kernel
+@pytest.mark.parametrize("setting", ["grad", "training", "flop counter", "disabled", "float32", "autocast"])
+def test_not_used_where_autograd_or_an_observer_needs_aten_ops(monkeypatch, setting):
+    model = swin.create_model("swin_t", num_classes=10, depths=(2, 2), num_heads=(2, 4), embed_dim=64).eval()
+    model.to(torch.bfloat16)
+    x = torch.randn(1, 3, 112, 112, dtype=torch.bfloat16)
+    calls = _spy(monkeypatch)
+    if setting == "grad":
+        model(x).float().sum().backward()  # parameters require grad: the kernel has no backward
+        assert model.layers[0].blocks[0].attn.relative_position_bias_table.grad is not None
+    elif setting == "training":
+        model.train()(x).float().sum().backward()
+    elif setting == "flop counter":
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x)
+        assert counter.get_total_flops() > 0
+    elif setting == "disabled":
+        monkeypatch.setattr(window_kernel, "ENABLED", False)
+        with torch.no_grad():
+            model(x)
+    elif setting == "float32":
+        with torch.no_grad():
+            model.float()(x.float())
+    else:  # autocast keeps timm's semantics (tests/test_parity.py)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            model.float()(x.float())
+    assert calls == []
+
+
+@needs_kernel
+def test_compiled_graph_calls_the_op(monkeypatch):
+    """Under torch.compile (swin.optimize's frozen bf16 graph) attention is the custom op swin::window_attention,
+    one call per block, and the logits stay within bf16 tolerance of timm's in float32."""
+    shape = {"depths": (2,), "num_heads": (2,), "embed_dim": 64, "global_pool": "", "num_classes": 16}
+    reference, ours = timm_pair("swin_t", shape=shape, position_bias_std=5.0, img_size=112)
+    fast = swin.optimize(ours, dtype="bfloat16", compile="force")
+    traced = []
+    op = window_kernel.window_attention
+    monkeypatch.setattr(window_kernel, "window_attention", lambda *a: traced.append(1) or op(*a))
+    x = torch.randn(2, 3, 112, 112)
+    with torch.no_grad():
+        expected = reference(x).permute(0, 3, 1, 2)
+    assert _error(fast(x), expected) <= 1e-2
+    assert len(traced) >= 2  # the eager image that pins the window plans, then dynamo's trace
+
+
+def _fresh_state(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(window_kernel, "_function", None)
+    monkeypatch.setattr(window_kernel, "_failed", None)
+    monkeypatch.setattr(window_kernel, "READY", False)
+    monkeypatch.setattr(window_kernel, "_cpu_has_bf16_dot", lambda: True)
+
+
+def test_a_failed_build_warns_once_and_attention_runs_without_it(monkeypatch, tmp_path):
+    _fresh_state(monkeypatch, tmp_path)
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.warns(UserWarning, match="could not be built.*no-such-compiler.*SWIN_FUSED_ATTENTION=0"):
+        assert not window_kernel.available()
+    assert not window_kernel.available()  # not tried again, no second warning
+    assert not window_kernel.READY
+    model = swin.create_model("swin_t", num_classes=10, depths=(2,), num_heads=(2,), embed_dim=64).eval()
+    with torch.no_grad():
+        assert torch.isfinite(model.to(torch.bfloat16)(torch.randn(1, 3, 112, 112).bfloat16()).float()).all()
+    assert not any(p.name.startswith(".build-") for p in tmp_path.rglob("*"))
+
+
+def test_a_compiler_error_leaves_no_library(monkeypatch, tmp_path):
+    """A compiler that fails (here: one that prints an error and exits 1) leaves nothing in the cache."""
+    _fresh_state(monkeypatch, tmp_path / "cache")
+    compiler = tmp_path / "cc"
+    compiler.write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo fake 1.0 && exit 0\necho 'error: no bf16' >&2\nexit 1\n"
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    with pytest.warns(UserWarning, match="error: no bf16"):
+        assert not window_kernel.available()
+    left = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert left == []
+
+
+@needs_kernel
+def test_built_once_then_read_from_the_cache(monkeypatch, tmp_path):
+    _fresh_state(monkeypatch, tmp_path)
+    path = window_kernel._build()
+    assert os.path.isfile(path) and os.path.dirname(path) == str(tmp_path / "swin")
+    assert [p.name for p in (tmp_path / "swin").iterdir()] == [os.path.basename(path)]  # no build leftovers
+    runs = []
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: runs.append(args) or real_run(args, **kw))
+    assert window_kernel._build() == path
+    assert runs == [[window_kernel._compiler(), "--version"]]  # asked for its version (the key), not run
