@@ -67,14 +67,17 @@ def allocator() -> str:
 
 
 def machine_info(device: str = "cpu") -> dict[str, Any]:
-    """CPU (name, instruction sets, bf16 hardware), threads, the C allocator, the GPU when ``device`` is CUDA,
-    library versions, and the UTC date and time."""
+    """CPU (name, instruction sets, bf16 hardware), threads, the C allocator, whether bf16 window attention runs
+    in our fused kernel (built here if it can be), the GPU when ``device`` is CUDA, library versions, and the UTC
+    date and time."""
+    from swin.layers import window_kernel
     from swin.optimized import cpu_features
 
     info: dict[str, Any] = {
         "cpu": cpu_features(),
         "threads": torch.get_num_threads(),
         "allocator": allocator(),
+        "fused_attention": window_kernel.available(),
         "torch": torch.__version__,
         "timm": _version("timm"),
         "torchvision": _version("torchvision"),
@@ -87,7 +90,7 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
 
 def describe(info: dict[str, Any]) -> str:
     """One line: ``AMD EPYC (AVX2; AVX-512 no, AVX512-BF16 no, AMX-BF16 no), 2 threads, glibc 2.36 malloc
-    (default thresholds); torch ..., date``."""
+    (default thresholds), fused bf16 attention no; torch ..., date``."""
     cpu = info["cpu"]
 
     def yes(flag: str) -> str:
@@ -95,7 +98,8 @@ def describe(info: dict[str, Any]) -> str:
 
     line = (
         f"{cpu['name']} (kernels {cpu['isa']}; AVX-512 {yes('avx512')}, AVX512-BF16 {yes('avx512_bf16')}, "
-        f"AMX-BF16 {yes('amx_bf16')}), {info['threads']} threads, {info['allocator']}"
+        f"AMX-BF16 {yes('amx_bf16')}), {info['threads']} threads, {info['allocator']}, "
+        f"fused bf16 attention {'yes' if info['fused_attention'] else 'no'}"
     )
     if "gpu" in info:
         line += f", GPU {info['gpu']}"

@@ -138,6 +138,9 @@ def test_model_case_and_machine_header():
     assert line.startswith(cpu["name"]) and f"AMX-BF16 {'yes' if cpu['amx_bf16'] else 'no'}" in line
     assert f"{torch.get_num_threads()} threads" in line and f"torch {torch.__version__}" in line
     assert line.endswith(" UTC") and "kernels " + torch.backends.cpu.get_cpu_capability() in line
+    from swin.layers import window_kernel
+
+    assert f"fused bf16 attention {'yes' if window_kernel.available() else 'no'}" in line
 
 
 def test_ways_table_names_the_fastest_peer():
