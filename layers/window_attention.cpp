@@ -23,12 +23,19 @@ constexpr int kMaxTiles = 16;     // up to 256 tokens per window (16 vectors of 
 constexpr int kMaxHeadDim = 128;  // channels per head, a multiple of 32
 constexpr int kRows = 4;          // query rows that share each load of K and V
 
+// Two bf16 values as one 32-bit word (the pair vdpbf16ps multiplies), from any 2-byte aligned address.
+inline uint32_t pair_at(const bf16* p) {
+  uint32_t word;
+  memcpy(&word, p, sizeof(word));
+  return word;
+}
+
 // e^x for x <= 0 (scores minus their maximum), float32, relative error ~1e-7 (Cephes' expf polynomial);
 // exactly 0 below -86 (e^-86 is 4e-38 of the largest term, 1): a denormal result would take the slow path of
-// every float instruction that touches it (masked scores, -100 below the others, are common).
+// every float instruction that touches it (masked scores, -100 below the others, are common). NaN stays NaN.
 inline __m512 exp_nonpositive(__m512 x) {
-  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_GE_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-86.0f));
+  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_NLT_UQ);
+  x = _mm512_max_ps(_mm512_set1_ps(-86.0f), x);  // max_ps returns its second operand where one is NaN
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -66,12 +73,12 @@ inline void query_rows(const Task& task, int i0, int n, int d, float scale, __mm
     __m512i keys[T];
     for (int t = 0; t < T; ++t) keys[t] = _mm512_loadu_si512(kp + p * stride + 16 * t);
     for (int r = 0; r < R; ++r) {
-      const __m512i pair = _mm512_set1_epi32(reinterpret_cast<const uint32_t*>(task.q + (i0 + r) * task.q_row)[p]);
+      const __m512i pair = _mm512_set1_epi32(pair_at(task.q + (i0 + r) * task.q_row + 2 * p));
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], (__m512bh)pair, (__m512bh)keys[t]);
     }
   }
   const __m512 vscale = _mm512_set1_ps(scale);
-  const __m512 lowest = _mm512_set1_ps(-3.0e38f);
+  const __m512 lowest = _mm512_set1_ps(-__builtin_inff());
   // the rows interleaved, so that their reductions (max, sum) overlap instead of waiting on each other
   __m512 top[R];
   for (int r = 0; r < R; ++r) top[r] = lowest;
@@ -86,7 +93,9 @@ inline void query_rows(const Task& task, int i0, int n, int d, float scale, __mm
   }
   __m512 sum[R];
   for (int r = 0; r < R; ++r) {
-    top[r] = _mm512_set1_ps(_mm512_reduce_max_ps(top[r]));
+    const float largest = _mm512_reduce_max_ps(top[r]);
+    // a row masked whole (every score -inf): all terms 0, output 0, as SDPA's CPU kernels give
+    top[r] = _mm512_set1_ps(largest == -__builtin_inff() ? 0.0f : largest);
     sum[r] = _mm512_setzero_ps();
   }
   for (int t = 0; t < T; ++t) {
@@ -98,7 +107,10 @@ inline void query_rows(const Task& task, int i0, int n, int d, float scale, __mm
     }
   }
   float inverse_sum[R];
-  for (int r = 0; r < R; ++r) inverse_sum[r] = 1.0f / _mm512_reduce_add_ps(sum[r]);
+  for (int r = 0; r < R; ++r) {
+    const float total = _mm512_reduce_add_ps(sum[r]);
+    inverse_sum[r] = total == 0.0f ? 0.0f : 1.0f / total;
+  }
   const int key_pairs = (n + 1) / 2;
   for (int c = 0; c < d; c += 32) {
     __m512 o[R][2];
@@ -107,7 +119,7 @@ inline void query_rows(const Task& task, int i0, int n, int d, float scale, __mm
       const __m512i v0 = _mm512_loadu_si512(vp + jp * d + c);
       const __m512i v1 = _mm512_loadu_si512(vp + jp * d + c + 16);
       for (int r = 0; r < R; ++r) {
-        const __m512i pair = _mm512_set1_epi32(reinterpret_cast<const uint32_t*>(probs + r * stride)[jp]);
+        const __m512i pair = _mm512_set1_epi32(pair_at(probs + r * stride + 2 * jp));
         o[r][0] = _mm512_dpbf16_ps(o[r][0], (__m512bh)pair, (__m512bh)v0);
         o[r][1] = _mm512_dpbf16_ps(o[r][1], (__m512bh)pair, (__m512bh)v1);
       }
@@ -127,8 +139,8 @@ void run_task(const Task& task, int n, int d, float scale, uint32_t* kp, uint32_
   const int stride = T * 16;
   // kp[p * stride + j]: channels 2p, 2p+1 of key j (zero past the last key)
   for (int j = 0; j < n; ++j) {
-    const uint32_t* row = reinterpret_cast<const uint32_t*>(task.k + j * task.k_row);
-    for (int p = 0; p < d / 2; ++p) kp[p * stride + j] = row[p];
+    const bf16* row = task.k + j * task.k_row;
+    for (int p = 0; p < d / 2; ++p) kp[p * stride + j] = pair_at(row + 2 * p);
   }
   for (int p = 0; p < d / 2; ++p)
     for (int j = n; j < stride; ++j) kp[p * stride + j] = 0;
@@ -149,9 +161,9 @@ void run_task(const Task& task, int n, int d, float scale, uint32_t* kp, uint32_
   }
   const __mmask16 tail = n % 16 ? (__mmask16)((1u << (n % 16)) - 1) : (__mmask16)0xFFFF;
   int i = 0;
-  if (T <= 4) {
+  if constexpr (T <= 4) {
     for (; i + kRows <= n; i += kRows) query_rows<T, kRows>(task, i, n, d, scale, tail, kp, vp, probs);
-  } else if (T <= 8) {
+  } else if constexpr (T <= 8) {
     for (; i + 2 <= n; i += 2) query_rows<T, 2>(task, i, n, d, scale, tail, kp, vp, probs);
   }
   for (; i < n; ++i) query_rows<T, 1>(task, i, n, d, scale, tail, kp, vp, probs);
@@ -211,7 +223,10 @@ int run(const Call& c, int threads) {
     }
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
-      if (failed) continue;
+      int stop;
+#pragma omp atomic read
+      stop = failed;
+      if (stop) continue;
       if (t + 1 < tasks) prefetch(task_of(c, t + 1), c.n, c.d);
       run_task<T>(task_of(c, t), c.n, c.d, c.scale, kp, vp, probs);
     }

@@ -27,6 +27,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import shlex
 import subprocess
 import tempfile
 import threading
@@ -79,22 +80,23 @@ def _cache_dir() -> str:
     return os.path.join(root, "swin")
 
 
-def _compiler() -> str:
-    return os.environ.get("CXX") or "c++"
+def _compiler() -> list[str]:
+    """``$CXX`` as a command (``ccache g++`` is two words), else ``c++``."""
+    return shlex.split(os.environ.get("CXX", "")) or ["c++"]
 
 
-def _build() -> str:
-    """The library's path, built if this source, flags and compiler have not built it before."""
+def _build(rebuild: bool = False) -> str:
+    """The library's path, built if this source, flags and compiler have not built it before (or ``rebuild``)."""
     source = resources.files(__package__).joinpath("window_attention.cpp").read_bytes()
     compiler = _compiler()
     try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, timeout=60, check=True).stdout
+        version = subprocess.run([*compiler, "--version"], capture_output=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError) as error:
-        raise RuntimeError(f"no working C++ compiler {compiler!r} ({error}); set CXX to one") from error
+        raise RuntimeError(f"no working C++ compiler {' '.join(compiler)!r} ({error}); set CXX to one") from error
     key = hashlib.sha256(source + " ".join(_FLAGS).encode() + version).hexdigest()[:16]
     directory = _cache_dir()
     path = os.path.join(directory, f"window_attention_{key}.so")
-    if os.path.isfile(path):
+    if os.path.isfile(path) and not rebuild:
         return path
     os.makedirs(directory, exist_ok=True)
     start = time.perf_counter()
@@ -103,13 +105,25 @@ def _build() -> str:
         with open(src, "wb") as f:
             f.write(source)
         out = os.path.join(work, "window_attention.so")
-        run = subprocess.run([compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True, timeout=600)
+        run = subprocess.run([*compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True, timeout=600)
         if run.returncode:
             tail = " ".join(run.stderr.strip().splitlines()[-3:])
-            raise RuntimeError(f"{compiler} failed: {tail}")
+            raise RuntimeError(f"{' '.join(compiler)} failed: {tail}")
+        with open(out, "rb") as f:
+            os.fsync(f.fileno())  # on disk before it has its name: a crash cannot leave a named, truncated file
         os.replace(out, path)  # the finished library appears at once, or not at all
     _LOG.info("swin: built the fused window-attention kernel in %.1f s: %s", time.perf_counter() - start, path)
     return path
+
+
+def _load() -> ctypes.CDLL:
+    """The library, built if needed; a cached file that does not load (damaged on disk) is built again once."""
+    path = _build()
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        _LOG.warning("swin: the cached fused-attention kernel %s does not load; building it again", path)
+        return ctypes.CDLL(_build(rebuild=True))
 
 
 def available() -> bool:
@@ -123,7 +137,7 @@ def available() -> bool:
     with _LOCK:
         if _function is None and _failed is None:
             try:
-                library = ctypes.CDLL(_build())
+                library = _load()
                 function = getattr(library, _SYMBOL)
             except (OSError, RuntimeError, AttributeError, subprocess.SubprocessError) as error:
                 _failed = str(error)
@@ -227,6 +241,9 @@ def _check(q, k, v, bias, mask) -> None:
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     batch, windows, heads, n, head_dim = q.shape
+    devices = {t.device.type for t in (q, k, v, bias, mask) if t is not None}
+    if devices != {"cpu"}:
+        raise ValueError(f"swin::window_attention: runs on CPU tensors, got tensors on {sorted(devices)}")
     if not supports(q, k, v, 0.0):
         raise ValueError(
             f"swin::window_attention: takes bfloat16 CPU q, k, v with head_dim a multiple of 32 up to 128 and up "

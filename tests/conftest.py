@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -17,11 +19,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
-# The fused attention kernel (swin.layers.window_kernel) builds into torch's extension cache on first use: the
-# tests' own, shared by the workers (a build is renamed into place whole), not the user's.
-os.environ.setdefault(
-    "TORCH_EXTENSIONS_DIR", os.path.join(tempfile.gettempdir(), f"swin-tests-torch-extensions-{os.getuid()}")
-)
+# The fused attention kernel (swin.layers.window_kernel) builds into torch's extension cache on first use: here
+# a private one per test process (about 2 s to build), removed at exit, never the user's.
+if "TORCH_EXTENSIONS_DIR" not in os.environ:
+    os.environ["TORCH_EXTENSIONS_DIR"] = tempfile.mkdtemp(prefix="swin-tests-extensions-")
+    atexit.register(shutil.rmtree, os.environ["TORCH_EXTENSIONS_DIR"], ignore_errors=True)
 
 # Our registered name -> timm's name (timm is an independent implementation of the same architectures).
 TIMM_NAMES = {name: swin.get_config(name).aliases[0] for name in swin.list_models()}
