@@ -113,7 +113,14 @@ class SwinConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise TypeError(f"unknown config field(s) {unknown}; valid fields are {sorted(known - {'aliases'})}")
+            message = f"unknown config field(s) {unknown}; valid fields are {sorted(known - {'aliases'})}"
+            backbone = [name for name in unknown if name in _BACKBONE_OPTIONS]
+            if backbone:
+                message += (
+                    f"; {backbone} are options of the features_only backbone, not config fields: "
+                    f"create_model(name, features_only=True, {backbone[0]}=...)"
+                )
+            raise TypeError(message)
         return dataclasses.replace(self, **overrides)
 
     def stage_sizes(self, height: int | None = None, width: int | None = None) -> list[tuple[int, int]]:
@@ -134,6 +141,10 @@ class SwinConfig:
 
     def to_dict(self) -> dict[str, typing.Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+# SwinBackbone's own arguments, which create_model(features_only=True) routes to it rather than to the config.
+_BACKBONE_OPTIONS = ("frozen_stages", "norm_eval", "out_indices")
 
 
 def _hint(name: str) -> typing.Any:

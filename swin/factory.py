@@ -55,7 +55,7 @@ def create_model(
     name: str,
     pretrained: bool | str | os.PathLike | Mapping = False,
     features_only: bool = False,
-    out_indices: Sequence[int] | int = (0, 1, 2, 3),
+    out_indices: Sequence[int] | int | None = None,
     checkpoint_path: str | os.PathLike | None = None,
     optimize: bool | str | Any = False,
     **overrides: Any,
@@ -75,7 +75,7 @@ def create_model(
         features_only: return a :class:`SwinBackbone` (multi-scale NCHW features, detection semantics)
             instead of the classifier.
         out_indices: with ``features_only``, the stages to return (0..3, negative from the last, or an int n
-            for the last n; returned in stage order); ``frozen_stages`` and
+            for the last n; returned in stage order; None: all four); ``frozen_stages`` and
             ``norm_eval`` pass through to the backbone as well.
         checkpoint_path: a checkpoint file (any supported layout) loaded after ``pretrained``, as timm's
             ``checkpoint_path=``; its head must fit ``num_classes``.
@@ -88,7 +88,8 @@ def create_model(
 
     Raises:
         KeyError: unknown name (the message lists the closest registered names).
-        TypeError: an override that is not a config field, or of the wrong type.
+        TypeError: an override that is not a config field, or of the wrong type; ``out_indices`` without
+            ``features_only``.
     """
     # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
     overrides = {key: value for key, value in overrides.items() if value is not None}
@@ -108,10 +109,15 @@ def create_model(
         entry = manifest_entry_for(canonical, pretrained)
         if entry is not None:
             overrides["num_classes"] = entry.num_classes
+    if out_indices is not None and not features_only:
+        raise TypeError(
+            f"out_indices={out_indices!r} selects the stages of a features_only backbone; pass features_only=True "
+            "(the classifier has one output)"
+        )
     if features_only:
         backbone_args = {k: overrides.pop(k) for k in ("frozen_stages", "norm_eval", "semantics") if k in overrides}
         config = get_config(canonical).replace(**overrides)
-        model = SwinBackbone(config, out_indices=out_indices, **backbone_args)
+        model = SwinBackbone(config, out_indices=(0, 1, 2, 3) if out_indices is None else out_indices, **backbone_args)
     else:
         head_args = {k: overrides.pop(k) for k in ("semantics", "global_pool") if k in overrides}
         config = get_config(canonical).replace(**overrides)

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from .backbone import SwinBackbone
+from .registry import SwinConfig
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, UperNetForSemanticSegmentation
@@ -38,6 +39,11 @@ _OURS = "backbone.body."
 # transformers' SwinModel keeps the classifier's final LayerNorm even inside SwinBackbone, which never uses it
 # (``swin.layernorm``, "norm" once converted); our backbone has no such norm.
 _UNUSED = ("norm.weight", "norm.bias")
+# The UperNetConfig attribute (written to config.json by save_pretrained) that holds our backbone's whole
+# description, which transformers' SwinConfig cannot carry (V2, patch_norm, semantics, ...).
+_SAVED = "swin_backbone"
+# The stage mmsegmentation's Swin UperNet puts the auxiliary FCN head on (the third).
+_AUXILIARY_STAGE = 2
 
 
 class TransformersBackbone(nn.Module):
@@ -121,8 +127,11 @@ def _transformers_config(body: SwinBackbone, out_features: list[str]) -> Pretrai
     return transformers.SwinConfig(**fields)
 
 
-def _assemble(body: SwinBackbone, config: Any, checkpoint: Mapping | str | os.PathLike | None):
-    """UperNet for ``config`` (a ``UperNetConfig``) with ``body`` as its backbone, optionally loaded."""
+def _assemble(
+    body: SwinBackbone, config: Any, checkpoint: Mapping | str | os.PathLike | None, auxiliary_index: int = 2
+):
+    """UperNet for ``config`` (a ``UperNetConfig``) with ``body`` as its backbone, optionally loaded; the
+    auxiliary head reads feature map ``auxiliary_index`` (transformers' head always reads 2)."""
     import transformers
 
     backbone = TransformersBackbone(body)
@@ -139,6 +148,8 @@ def _assemble(body: SwinBackbone, config: Any, checkpoint: Mapping | str | os.Pa
         out_features=backbone.out_features,
     )
     model = transformers.UperNetForSemanticSegmentation(placeholder)
+    if model.auxiliary_head is not None:
+        model.auxiliary_head.in_index = auxiliary_index
     model.config.backbone_config = described
     model.backbone = backbone
     if checkpoint is not None:
@@ -228,15 +239,16 @@ def upernet(
             as a Swin UperNet of the Hugging Face hub) or ours (``backbone.body.*``); loaded strictly.
         out_indices: the backbone stages the head reads (0..3).
         hidden_size: the head's width (UperNet's ``channels``: 512 in mmsegmentation's Swin configs).
-        use_auxiliary_head: add the FCN head on stage 3 whose loss is weighted by ``auxiliary_loss_weight``.
+        use_auxiliary_head: add the FCN head on stage 3 (index 2, which ``out_indices`` must then include)
+            whose loss is weighted by ``auxiliary_loss_weight``.
         id2label: class names by index (sets ``num_labels``).
         **kwargs: other ``UperNetConfig`` fields (``pool_scales``, ``auxiliary_channels``,
             ``auxiliary_loss_weight``, ``loss_ignore_index``, ``label2id``, ...); every other name goes to
             ``swin.create_model`` (``drop_path_rate``, ``frozen_stages``, ``img_size``, ``semantics``, ...).
 
     Raises:
-        ValueError: neither ``num_labels`` nor ``id2label`` given, or they disagree; a checkpoint that does
-            not fit.
+        ValueError: neither ``num_labels`` nor ``id2label`` given, or they disagree; the auxiliary head without
+            stage 2 among ``out_indices``; a checkpoint that does not fit.
         TypeError: create_model arguments together with a backbone already built.
     """
     import transformers
@@ -264,11 +276,40 @@ def upernet(
         from .factory import create_model
 
         body = create_model(model, pretrained=pretrained, features_only=True, out_indices=out_indices, **kwargs)
+    auxiliary_index = _auxiliary_index(body) if use_auxiliary_head else 2
+    if use_auxiliary_head:
+        # transformers 4.x defaults this to 384 and 5.x to the channels of map 2: give both the same head.
+        head.setdefault("auxiliary_in_channels", body.out_channels[auxiliary_index])
     described = _transformers_config(body, TransformersBackbone(body).out_features)
     config = transformers.UperNetConfig(
         backbone_config=described, hidden_size=hidden_size, use_auxiliary_head=use_auxiliary_head, **head
     )
-    return _assemble(body, config, checkpoint)
+    setattr(config, _SAVED, _describe(body))
+    return _assemble(body, config, checkpoint, auxiliary_index)
+
+
+def _auxiliary_index(body: SwinBackbone) -> int:
+    """Where stage 2 is among the backbone's outputs (the feature map the auxiliary head reads)."""
+    if _AUXILIARY_STAGE not in body.out_indices:
+        raise ValueError(
+            f"the auxiliary head reads stage {_AUXILIARY_STAGE}, but out_indices={list(body.out_indices)} leaves it "
+            f"out; include {_AUXILIARY_STAGE} in out_indices or pass use_auxiliary_head=False"
+        )
+    return body.out_indices.index(_AUXILIARY_STAGE)
+
+
+def _describe(body: SwinBackbone) -> dict[str, Any]:
+    """Everything that rebuilds ``body`` (:func:`_rebuild`), as JSON types."""
+    fields = {k: list(v) if isinstance(v, tuple) else v for k, v in body.config.to_dict().items() if k != "aliases"}
+    options = {"frozen_stages": body.frozen_stages, "norm_eval": body.norm_eval, "semantics": body.semantics}
+    return {**fields, **options, "out_indices": list(body.out_indices)}
+
+
+def _rebuild(described: Mapping[str, Any]) -> SwinBackbone:
+    """The backbone :func:`_describe` described (random weights)."""
+    fields = dict(described)
+    options = {k: fields.pop(k) for k in ("out_indices", "frozen_stages", "norm_eval", "semantics")}
+    return SwinBackbone(SwinConfig(**fields), **options)
 
 
 def _head_fields(config_class: type) -> set[str]:
@@ -293,12 +334,14 @@ def from_transformers(
     Args:
         reference: a ``UperNetForSemanticSegmentation`` whose ``backbone_config`` is a ``SwinConfig``, its
             ``UperNetConfig``, a ``save_pretrained`` directory (transformers' model's or one of ours: this is
-            how ours reload), or a hub id (read by ``UperNetForSemanticSegmentation.from_pretrained``).
+            how ours reload, any backbone :func:`upernet` built, from the config's ``swin_backbone``), or a hub
+            id (read by ``UperNetForSemanticSegmentation.from_pretrained``).
         state_dict: with a config, the weights to load (transformers' keys or ours); a model brings its own.
 
     Raises:
-        ValueError: the backbone is not a Swin V1 (``model_type`` "swin") with GELU and LayerNorm eps 1e-5
-            and no absolute position embedding, which is what this conversion reproduces exactly.
+        ValueError: a model transformers made whose backbone is not a Swin V1 (``model_type`` "swin") with
+            GELU and LayerNorm eps 1e-5 and no absolute position embedding, which is what this conversion
+            reproduces exactly.
     """
     import transformers
 
@@ -316,8 +359,13 @@ def from_transformers(
         config, training = reference, False
     if not isinstance(config, transformers.UperNetConfig):
         raise TypeError(f"expected a UperNetForSemanticSegmentation or UperNetConfig, got {type(config).__name__}")
-    body = _backbone_from(config.backbone_config)
-    model = _assemble(body, copy.deepcopy(config), state_dict)
+    ours = getattr(config, _SAVED, None)
+    if ours:
+        body = _rebuild(ours)
+        auxiliary_index = _auxiliary_index(body) if config.use_auxiliary_head else 2
+    else:
+        body, auxiliary_index = _backbone_from(config.backbone_config), 2
+    model = _assemble(body, copy.deepcopy(config), state_dict, auxiliary_index)
     return model.train(training)
 
 

@@ -168,6 +168,13 @@ def test_bad_out_indices(out_indices):
         swin.create_model("swin_t", features_only=True, out_indices=out_indices)
 
 
+def test_out_indices_without_features_only_is_an_error():
+    """It selects a backbone's stages; a classifier given it ignored it silently."""
+    with pytest.raises(TypeError, match="pass features_only=True"):
+        swin.create_model("swin_t", out_indices=(1, 2, 3))
+    assert swin.create_model("swin_t", depths=(1, 1, 1, 1), out_indices=None).num_classes == 1000
+
+
 def test_absolute_position_embedding_interpolates():
     model = swin.create_model("swin_t", features_only=True, ape=True).eval()
     assert model.absolute_pos_embed.shape == (1, 56 * 56, 96)

@@ -140,6 +140,45 @@ def test_backbone_options_pass_through():
     assert upernet(body, 2, hidden_size=16).backbone.body is body
 
 
+@pytest.mark.parametrize("out_indices", [(0, 1, 2, 3), (1, 2, 3), (2, 3)])
+def test_auxiliary_head_reads_stage_2(out_indices):
+    """Wherever stage 2 sits among the outputs; its channels are set in the config, as transformers 4.x
+    (default 384) and 5.x (channels of map 2) would otherwise build different heads."""
+    model = upernet("swin_t", 2, hidden_size=16, auxiliary_channels=8, out_indices=out_indices, **TINY).eval()
+    assert model.config.auxiliary_in_channels == TINY["embed_dim"] * 4 == 64
+    first = model.auxiliary_head.convs[0].conv
+    assert first.in_channels == 64
+    seen = []
+    first.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].shape))
+    with torch.no_grad():
+        model(torch.randn(1, 3, 64, 64))
+    assert seen == [(1, 64, 4, 4)]  # stride 16
+
+
+def test_auxiliary_head_without_stage_2_says_what_to_do():
+    with pytest.raises(ValueError, match=r"include 2 in out_indices or pass use_auxiliary_head=False"):
+        upernet("swin_t", 2, out_indices=(0, 1, 3), **TINY)
+    assert upernet("swin_t", 2, hidden_size=16, use_auxiliary_head=False, out_indices=(0, 1, 3), **TINY)
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [("swin_t", {"semantics": "classification", "ape": True, "patch_norm": False}), ("swinv2_t_w8", {})],
+)
+def test_ours_reload_from_save_pretrained(tmp_path, name, options):
+    """What transformers' SwinConfig cannot say (V2, semantics, ape, patch_norm, ...) comes back too."""
+    torch.manual_seed(0)
+    model = upernet(name, 3, hidden_size=16, auxiliary_channels=8, frozen_stages=1, **TINY, **options).eval()
+    model.save_pretrained(tmp_path)
+    again = from_transformers(tmp_path)
+    body, before = again.backbone.body, model.backbone.body
+    assert body.config == before.config and body.semantics == before.semantics and body.frozen_stages == 1
+    x = torch.randn(1, 3, 70, 90, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected, got = model(pixel_values=x).logits, again(pixel_values=x).logits
+    assert expected.abs().max() > 0 and (expected - got).abs().max().item() <= 1e-6
+
+
 def test_errors_say_what_to_do(tiny):
     with pytest.raises(ValueError, match="num_labels"):
         upernet("swin_t", **TINY)

@@ -55,6 +55,14 @@ def test_register_with_bad_field(tmp_path):
         swin.register_model(path)
 
 
+@pytest.mark.parametrize("option", ["frozen_stages", "norm_eval"])
+def test_backbone_options_name_the_features_only_call(option):
+    with pytest.raises(TypeError, match=rf"unknown config.*features_only backbone.*features_only=True, {option}="):
+        swin.create_model("swin_t", **{option: 2})
+    with pytest.raises(TypeError, match=r"\['out_indices'\] are options of the features_only backbone"):
+        swin.get_config("swin_t").replace(out_indices=(1, 2))
+
+
 def test_unknown_name_is_a_key_error_with_suggestions():
     with pytest.raises(UnknownModelError) as info:
         resolve_name("swin_base_patch4_window7")
