@@ -3,8 +3,8 @@
 Every case runs each implementation once per round, in turn (A B C A B C ...), after a warm-up; the
 reported time is the median over rounds and the ratio is peer time over ours, so drifts of a noisy
 machine hit every implementation alike. Each peer runs in its fastest documented setting: timm both with
-its fused attention off (its default for Swin) and on, keeping the faster, and bfloat16 for peers under
-``torch.autocast``, their documented mixed-precision path.
+its fused attention off (its default for Swin) and on (where its model has the flag), keeping the faster; with
+``--ways`` each peer also runs the ways of tools/bench_ways.py, in the reduced precision ours optimized runs in.
 """
 
 from __future__ import annotations
@@ -84,11 +84,57 @@ class _Unchunked(torch.nn.Module):
     def forward(self, x: torch.Tensor):
         from swin.layers import execution
 
-        execution.ENABLED = False
+        previous, execution.ENABLED = execution.ENABLED, False
         try:
             return self.model(x)
         finally:
-            execution.ENABLED = True
+            execution.ENABLED = previous
+
+
+def _torchvision_model(arch: str) -> torch.nn.Module:
+    """torchvision's ``arch`` with stochastic depth off, as ours and timm are built (its default, 0.2 to 0.5, would
+    make a training step do other, random work). LookupError, saying why, where torchvision cannot build it."""
+    try:
+        import torchvision
+    except ImportError as error:
+        raise LookupError("torchvision is not installed") from error
+    if arch not in torchvision.models.list_models(module=torchvision.models):
+        raise LookupError(f"torchvision has no {arch}")
+    model = torchvision.models.get_model(arch)
+    for module in model.modules():  # its builders fix the rate (no argument for it): turned off where it is used
+        if isinstance(module, torchvision.ops.StochasticDepth):
+            module.p = 0.0
+    return model
+
+
+def _timm_models(case: Case, ours: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """timm's model of ``case`` with ours's weights: with its fused attention off (``timm``, its default for Swin)
+    and on (``timm-fused``, only where its modules have the flag: not Swin V2's). {} where timm cannot build it
+    (said on stderr); an error loading our exported weights is raised, not hidden."""
+    import timm
+
+    import swin
+    from swin.weights import export
+
+    size = {} if tuple(case.size) == tuple(swin.get_config(case.arch).img_size) else {"img_size": case.size}
+    try:
+        model = timm.create_model(_timm_name(case.arch), drop_path_rate=0.0, **size)
+    except Exception as error:  # a model timm does not have, or cannot build at this size
+        print(f"  {case.name}: timm left out ({type(error).__name__}: {error})", file=sys.stderr)
+        return {}
+    model.load_state_dict(export(ours.state_dict(), target="timm"))
+    models = {"timm": model}
+    if any(hasattr(module, "fused_attn") for module in model.modules()):
+        models["timm-fused"] = copy.deepcopy(model)
+    for name, each in models.items():
+        for module in each.modules():
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = name == "timm-fused"
+    return models
+
+
+# The peers as built (eager); --ways runs each of them each way, as "<peer> <way>".
+_PEERS = ("timm", "timm-fused", "torchvision")
 
 
 def _implementations(
@@ -97,48 +143,36 @@ def _implementations(
     """Same weights everywhere: torchvision's random init (when it has the architecture) converted to ours,
     and ours exported to timm's layout. ``compile``: every implementation under ``torch.compile`` (each
     peer compiled too, so ratios stay like for like), and ours uncompiled as ``ours-eager`` for the gain.
-    ``unchunked``: ours also with chunked inference off, as ``ours-unchunked``. ``ways``: the peers also run
-    each of those ways (tools/bench_ways.py; timm with its fused attention), as ``timm-fused <way>`` and
-    ``torchvision <way>``, and ours also through :func:`swin.optimize`, as ``ours-optimized``."""
-    import timm
-
+    ``unchunked``: ours also with chunked inference off, as ``ours-unchunked``. ``ways``: each peer (timm with
+    its fused attention off and on, torchvision) also runs each of those ways (tools/bench_ways.py), as
+    ``timm <way>``, ``timm-fused <way>`` and ``torchvision <way>``, and ours also through :func:`swin.optimize`,
+    as ``ours-optimized``."""
     import swin
-    from swin.weights import convert, export
+    from swin.weights import convert
 
     torch.manual_seed(0)
     features = case.kind == "features"
     ours = swin.create_model(case.arch, features_only=features, drop_path_rate=0.0)
     impls: dict[str, torch.nn.Module] = {}
     try:
-        import torchvision
-
-        tv = getattr(torchvision.models, case.arch)()
+        tv = _torchvision_model(case.arch)
+    except LookupError as error:
+        print(f"  {case.name}: torchvision left out ({error})", file=sys.stderr)
+    else:
         weights = convert(tv.state_dict(), source="torchvision")
         if features:
             weights = {k: v for k, v in weights.items() if not k.startswith(("norm.", "head."))}
         ours.load_state_dict(weights, strict=not features)
         impls["torchvision"] = tv.features if features else tv
-    except (ImportError, AttributeError):
-        pass
     impls["ours"] = ours
     if not features:  # timm builds for one size; the backbone case (800x1333) is not one it can take
-        try:
-            size = {} if tuple(case.size) == tuple(swin.get_config(case.arch).img_size) else {"img_size": case.size}
-            for fused in (False, True):
-                model = timm.create_model(_timm_name(case.arch), drop_path_rate=0.0, **size)
-                model.load_state_dict(export(ours.state_dict(), target="timm"))
-                for module in model.modules():
-                    if hasattr(module, "fused_attn"):
-                        module.fused_attn = fused
-                impls["timm-fused" if fused else "timm"] = model
-        except Exception as error:  # a model timm does not have, or cannot build at this size
-            print(f"  {case.name}: timm left out ({type(error).__name__}: {error})", file=sys.stderr)
+        impls.update(_timm_models(case, ours))
     for model in impls.values():
         model.to(device).train(case.kind == "train")
     if ways:
         from .bench_ways import peer_way
 
-        for name in [n for n in ("timm-fused", "torchvision") if n in impls]:
+        for name in [n for n in _PEERS if n in impls]:
             for way in ways:
                 if way != "eager":
                     impls[f"{name} {way}"] = peer_way(impls[name], way, device)
@@ -310,17 +344,22 @@ def _selected_ways(args) -> tuple[str, ...]:
 
     if not args.ways:
         return ()
-    if args.ways == ["auto"]:
-        return ways_for_machine(args.device)
-    if args.ways == ["all"]:
-        return WAYS
+    alone = [w for w in ("auto", "all") if w in args.ways]
+    if alone and len(args.ways) > 1:
+        raise ValueError(
+            f"--ways {' '.join(args.ways)}: {alone[0]} picks the ways itself and must be given alone "
+            f"(--ways {alone[0]}), or name the ways without it: {', '.join(WAYS)}"
+        )
+    if alone:
+        return ways_for_machine(args.device) if alone[0] == "auto" else WAYS
     unknown = [w for w in args.ways if w not in WAYS]
     if unknown:
         raise ValueError(f"--ways: unknown {', '.join(unknown)}; choose from auto, all, {', '.join(WAYS)}")
     return tuple(args.ways)
 
 
-def cmd_bench(args) -> int:
+def _check_options(args) -> None:
+    """Refuse values out of range, and options that would be ignored or would measure something else."""
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1 (the median of that many interleaved rounds), got {args.rounds}")
     if args.batch is not None and args.batch < 1:
@@ -336,34 +375,110 @@ def cmd_bench(args) -> int:
         raise ValueError(f"{', '.join(given)} describe(s) a --model case; add --model NAME (e.g. --model swin_t)")
     if args.only is not None and args.model:
         raise ValueError("--only picks among the default cases; --model makes one case of its own: use one of them")
-    import swin
+    if args.compile and args.unchunked:
+        raise ValueError(
+            "--unchunked times ours eager, but --compile compiles ours (and compiled models are never chunked), so "
+            "the gain shown would be compiling's: leave out one of them"
+        )
+    if args.profile:
+        ignored = [
+            option
+            for option, value in (
+                ("--compile", args.compile),
+                ("--ways", args.ways),
+                ("--unchunked", args.unchunked),
+                ("--format json", args.format == "json"),
+            )
+            if value
+        ]
+        if ignored:
+            raise ValueError(
+                f"--profile profiles ours eager, by op, as a table; it does not take {', '.join(ignored)}: "
+                "leave them out, or leave out --profile to time the implementations"
+            )
 
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).split(".")[-1]
+
+
+def _rate_line(rate: dict[str, float], rounds: int) -> str:
+    return (
+        f"matrix multiply (1024^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
+        f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {rounds} rounds, medians"
+    )
+
+
+def _floors(case: Case, rate: dict[str, float], device: str) -> tuple[float | None, float | None]:
+    """Seconds an eval case's multiply-adds take at the matmul rate of its dtype, and at that of the dtype ours
+    optimized runs in; (None, None) for the other kinds."""
+    if case.kind != "eval":
+        return None, None
+    import swin
+    from swin.optimized import fastest_dtype
+
+    flop = 2 * swin.flops(case.arch, img_size=case.size, measure=False)["macs"]["analytic"] * case.batch
+    return flop / rate[_dtype_name(case.dtype)], flop / rate[_dtype_name(fastest_dtype(device))]
+
+
+def _row(case: str, times: dict[str, float], floor: float | None = None, optimized_floor: float | None = None) -> dict:
+    """A case's row from the median seconds per implementation: ms, and each ratio as the other's time over ours
+    (above 1: ours is faster). ``speedup_vs_timm`` is against the faster of timm's two eager settings;
+    ``fastest_peer`` is the fastest of every peer's ways (never ours), against ours optimized. ``floor``,
+    ``optimized_floor``: see :func:`_floors`. A ratio whose implementation did not run is left out."""
+    ours = times["ours"]
+    row: dict = {"case": case, "ms": {k: round(v * 1e3, 2) for k, v in times.items()}}
+    against = {
+        "speedup_vs_timm": min((v for k, v in times.items() if k in ("timm", "timm-fused")), default=None),
+        "speedup_vs_torchvision": times.get("torchvision"),
+        "chunking_gain": times.get("ours-unchunked"),
+        "compile_gain": times.get("ours-eager"),
+    }
+    row.update({key: round(other / ours, 3) for key, other in against.items() if other is not None})
+    peers = {k: v for k, v in times.items() if k.split(" ")[0] in _PEERS}
+    if "ours-optimized" in times and peers:
+        fastest = min(peers, key=peers.get)
+        row["fastest_peer"] = fastest
+        row["optimized_vs_fastest_peer"] = round(peers[fastest] / times["ours-optimized"], 3)
+    if floor is not None:
+        row["floor_ms"] = round(floor * 1e3, 2)
+        row["over_floor"] = round(ours / floor, 2)
+    if optimized_floor is not None and "ours-optimized" in times:
+        row["optimized_over_floor"] = round(times["ours-optimized"] / optimized_floor, 2)
+    return row
+
+
+def cmd_bench(args) -> int:
+    _check_options(args)
     from .machine import describe, machine_info
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("swin bench: --device cuda but no CUDA device is available", file=sys.stderr)
+        print(
+            "swin bench: --device cuda but no CUDA device is available; run on the CPU with --device cpu",
+            file=sys.stderr,
+        )
         return 2
     cases = _selected_cases(args)
     ways = _selected_ways(args)
     if ways and args.compile:
         raise ValueError("--ways already includes compiled peers and ours optimized; leave out --compile")
+    if ways and all(case.kind == "train" for case in cases):
+        raise ValueError(
+            "--ways runs inference (the peers' ways, ours optimized), not training steps; leave out --ways"
+        )
     machine = machine_info(args.device)
     print(describe(machine), file=sys.stderr)
     if args.profile:
         for case in cases:
-            print(profile_case(case, device=args.device))
+            print(profile_case(case, rounds=args.rounds, device=args.device))
         return 0
     from swin.optimized import fastest_dtype
 
     dtypes = dict.fromkeys((torch.float32, torch.bfloat16, fastest_dtype(args.device)))
-    rate = {str(dt).split(".")[-1]: matmul_rate(dt, device=args.device) for dt in dtypes}
-    print(
-        f"matrix multiply (1024^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
-        f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {args.rounds} rounds, medians",
-        file=sys.stderr,
-    )
+    rate = {_dtype_name(dt): matmul_rate(dt, device=args.device) for dt in dtypes}
+    print(_rate_line(rate, args.rounds), file=sys.stderr)
     if ways:
-        print(f"peer ways: {', '.join(ways)} (see tools/bench_ways.py); ours also optimized", file=sys.stderr)
+        print(_ways_line(ways, cases, args.device), file=sys.stderr)
     rows = []
     for case in cases:
         result = run_case(
@@ -374,32 +489,7 @@ def cmd_bench(args) -> int:
             unchunked=args.unchunked,
             ways=ways if case.kind != "train" else (),  # swin.optimize and the ways are for inference
         )
-        ours = result.times["ours"]
-        timm_best = min((v for k, v in result.times.items() if k in ("timm", "timm-fused")), default=None)
-        row = {"case": case.name, "ms": {k: round(v * 1e3, 2) for k, v in result.times.items()}}
-        if timm_best is not None:
-            row["speedup_vs_timm"] = round(timm_best / ours, 3)
-        if "torchvision" in result.times:
-            row["speedup_vs_torchvision"] = round(result.times["torchvision"] / ours, 3)
-        if "ours-unchunked" in result.times:
-            row["chunking_gain"] = round(result.times["ours-unchunked"] / ours, 3)
-        if "ours-eager" in result.times:
-            row["compile_gain"] = round(result.times["ours-eager"] / ours, 3)
-        peers = {k: v for k, v in result.times.items() if k.startswith(("timm", "torchvision"))}
-        if "ours-optimized" in result.times and peers:
-            fastest = min(peers, key=peers.get)
-            row["fastest_peer"] = fastest
-            row["optimized_vs_fastest_peer"] = round(peers[fastest] / result.times["ours-optimized"], 3)
-        if case.kind == "eval":
-            macs = swin.flops(case.arch, img_size=case.size, measure=False)["macs"]["analytic"] * case.batch
-            floor = 2 * macs / rate[str(case.dtype).split(".")[-1]]
-            row["floor_ms"] = round(floor * 1e3, 2)
-            row["over_floor"] = round(ours / floor, 2)
-            if "ours-optimized" in result.times:
-                from swin.optimized import fastest_dtype
-
-                fast_floor = 2 * macs / rate[str(fastest_dtype(args.device)).split(".")[-1]]
-                row["optimized_over_floor"] = round(result.times["ours-optimized"] / fast_floor, 2)
+        row = _row(case.name, result.times, *_floors(case, rate, args.device))
         row.update({k: float(f"{v:.3g}") for k, v in result.extra.items()})
         if result.faults:
             row["page_faults"] = result.faults
@@ -410,10 +500,7 @@ def cmd_bench(args) -> int:
         print(json.dumps({"machine": machine, "matmul_gflops": rates, "cases": rows}, indent=2))
     else:
         print(describe(machine))
-        print(
-            f"matrix multiply (1024^3): float32 {rate['float32'] / 1e9:.0f} GFLOP/s, "
-            f"bfloat16 {rate['bfloat16'] / 1e9:.0f} GFLOP/s; {args.rounds} rounds, medians"
-        )
+        print(_rate_line(rate, args.rounds))
         print()
         print(_table(rows))
         if any("fastest_peer" in r for r in rows):
@@ -422,6 +509,14 @@ def cmd_bench(args) -> int:
             for r in rows:
                 print(_format_row(r).replace("  ", "- ", 1))
     return 0
+
+
+def _ways_line(ways: tuple[str, ...], cases: list[Case], device: str) -> str:
+    from .bench_ways import reduced_dtype
+
+    low = f"; autocast and bf16 in {_dtype_name(reduced_dtype(device))}" if {"autocast", "bf16"} & set(ways) else ""
+    train = " (not for the training cases)" if any(case.kind == "train" for case in cases) else ""
+    return f"peer ways: {', '.join(ways)}{low} (see tools/bench_ways.py); ours also optimized{train}"
 
 
 def _format_row(row: dict) -> str:
@@ -443,6 +538,10 @@ _BASELINES = (
 )
 
 
+def _ratio(row: dict, key: str) -> str:
+    return f"{row[key]}x" if key in row else "-"
+
+
 def _table(rows: list[dict]) -> str:
     extra = [b for b in _BASELINES if any(b[0] in r["ms"] for r in rows)]
     header = "| case | ours ms | timm ms (best) | torchvision ms | vs timm | vs torchvision | floor ms | ours/floor |"
@@ -455,10 +554,10 @@ def _table(rows: list[dict]) -> str:
         timm_ms = min((v for k, v in ms.items() if k in ("timm", "timm-fused")), default=None)
         line = (
             f"| {r['case']} | {ms['ours']} | {timm_ms if timm_ms is not None else '-'} | {ms.get('torchvision', '-')} "
-            f"| {r.get('speedup_vs_timm', '-')}x | {r.get('speedup_vs_torchvision', '-')}x "
+            f"| {_ratio(r, 'speedup_vs_timm')} | {_ratio(r, 'speedup_vs_torchvision')} "
             f"| {r.get('floor_ms', '-')} | {r.get('over_floor', '-')} |"
         )
-        line += "".join(f" {ms.get(name, '-')} | {r.get(ratio, '-')}x |" for name, ratio, _ in extra)
+        line += "".join(f" {ms.get(name, '-')} | {_ratio(r, ratio)} |" for name, ratio, _ in extra)
         if errors:
             line += f" {r.get('relative_error', '-')} |"
         lines.append(line)
@@ -474,7 +573,7 @@ def _ways_table(rows: list[dict]) -> str:
     for r in rows:
         cells = " | ".join(str(r["ms"].get(n, "-")) for n in names)
         lines.append(
-            f"| {r['case']} | {cells} | {r.get('fastest_peer', '-')} | {r.get('optimized_vs_fastest_peer', '-')}x "
+            f"| {r['case']} | {cells} | {r.get('fastest_peer', '-')} | {_ratio(r, 'optimized_vs_fastest_peer')} "
             f"| {r.get('optimized_over_floor', '-')} |"
         )
     return "\n".join(lines)
@@ -483,7 +582,12 @@ def _ways_table(rows: list[dict]) -> str:
 def register(sub) -> None:
     p = sub.add_parser("bench", help="time ours against timm and torchvision (same weights, interleaved)")
     p.add_argument("--only", nargs="*", help="run only cases whose name contains one of these strings")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case; the median is shown (default 5)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="interleaved rounds per case; the median is shown (default 5); with --profile, the calls profiled",
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument(
         "--batch", type=int, help="batch of the --model case (default 8); on CUDA, of the b8 cases (default 64)"
@@ -500,8 +604,9 @@ def register(sub) -> None:
         "--ways",
         nargs="+",
         metavar="WAY",
-        help="also run the peers these ways and ours optimized (swin.optimize): eager, autocast, bf16, compiled "
-        "(torch.compile with freezing); 'auto' (those that can be fastest on this machine) or 'all'",
+        help="also run the peers (timm with fused attention off and on, torchvision) these ways and ours optimized "
+        "(swin.optimize): eager, autocast, bf16 (float16 on CUDA devices without bf16), compiled (torch.compile "
+        "with freezing); or, alone, 'auto' (those that can be fastest on this machine) or 'all'",
     )
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
     p.add_argument(

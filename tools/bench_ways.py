@@ -2,8 +2,11 @@
 way its documentation or common practice does it, so that ours is compared with the fastest of them.
 
 - ``eager``: the model as built, float32.
-- ``autocast``: eager under ``torch.autocast(device, bfloat16)``, the documented mixed-precision path.
-- ``bf16``: weights and inputs cast to bfloat16 (``model.to(torch.bfloat16)``).
+- ``autocast``: eager under ``torch.autocast(device, dtype)``, the documented mixed-precision path.
+- ``bf16``: weights and inputs cast to that dtype (``model.to(dtype)``).
+
+  ``dtype``: :func:`reduced_dtype`, the one ours optimized runs in: bfloat16, or float16 on CUDA devices
+  without bf16 arithmetic (where ``bf16`` keeps its name but casts to float16).
 - ``compiled``: ``torch.compile`` with inductor's ``freezing`` (constant weights, pre-packed and fused), in
   the dtype that is fastest on the machine (bfloat16 with AMX-BF16 / AVX512-BF16 or on CUDA, float32
   elsewhere): the most a user gets from torch without writing kernels.
@@ -18,7 +21,7 @@ import copy
 import torch
 from torch import nn
 
-__all__ = ["WAYS", "machine_has_bf16", "peer_way", "ways_for_machine"]
+__all__ = ["WAYS", "machine_has_bf16", "peer_way", "reduced_dtype", "ways_for_machine"]
 
 WAYS = ("eager", "autocast", "bf16", "compiled")
 
@@ -36,13 +39,22 @@ def ways_for_machine(device: str) -> tuple[str, ...]:
     return WAYS if machine_has_bf16(device) else ("eager", "compiled")
 
 
+def reduced_dtype(device: str) -> torch.dtype:
+    """The dtype of the ``autocast`` and ``bf16`` ways: :func:`swin.optimized.fastest_dtype`, as ours optimized,
+    or bfloat16 where that is float32 (those ways then measure emulation, and ``auto`` leaves them out)."""
+    from swin.optimized import fastest_dtype
+
+    dtype = fastest_dtype(device)
+    return dtype if dtype != torch.float32 else torch.bfloat16
+
+
 class _Autocast(nn.Module):
-    def __init__(self, model: nn.Module, device: str):
+    def __init__(self, model: nn.Module, device: str, dtype: torch.dtype):
         super().__init__()
-        self.model, self.device_type = model, device.split(":")[0]
+        self.model, self.device_type, self.dtype = model, device.split(":")[0], dtype
 
     def forward(self, x: torch.Tensor):
-        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+        with torch.autocast(self.device_type, dtype=self.dtype):
             return self.model(x)
 
 
@@ -56,17 +68,18 @@ class _Cast(nn.Module):
 
 
 def peer_way(model: nn.Module, way: str, device: str) -> nn.Module:
-    """``model`` (left unchanged; a copy where weights are cast) run the way ``way``."""
+    """``model`` (left unchanged) run the way ``way``; every way but ``eager`` on a copy of its own, so that no
+    flag, cast or compiled state is shared between ways."""
     from swin.optimized import FrozenCompiled, fastest_dtype
 
+    if way not in WAYS:
+        raise ValueError(f"unknown way {way!r}; choose from {', '.join(WAYS)}")
     if way == "eager":
         return model
+    own = copy.deepcopy(model)
     if way == "autocast":
-        return _Autocast(model, device)
+        return _Autocast(own, device, reduced_dtype(device))
     if way == "bf16":
-        return _Cast(copy.deepcopy(model), torch.bfloat16)
-    if way == "compiled":
-        dtype = fastest_dtype(device)
-        inner = _Cast(copy.deepcopy(model), dtype) if dtype != torch.float32 else model
-        return FrozenCompiled(inner)
-    raise ValueError(f"unknown way {way!r}; choose from {', '.join(WAYS)}")
+        return _Cast(own, reduced_dtype(device))
+    dtype = fastest_dtype(device)  # compiled
+    return FrozenCompiled(_Cast(own, dtype) if dtype != torch.float32 else own)

@@ -21,6 +21,33 @@ def test_every_implementation_computes_the_same_function():
         outputs = {name: model(x) for name, model in impls.items()}
     for name, out in outputs.items():
         assert (out - outputs["torchvision"]).abs().max().item() <= 1e-4, name
+    assert _stochastic_depths(impls["torchvision"]) == [0.0] * 12  # one per block, as ours and timm: off
+
+
+def _stochastic_depths(model: torch.nn.Module) -> list[float]:
+    from torchvision.ops import StochasticDepth
+
+    return [module.p for module in model.modules() if isinstance(module, StochasticDepth)]
+
+
+def test_torchvision_is_built_without_stochastic_depth():
+    """torchvision's default (0.5 for swin_b) would make its training step drop blocks that ours and timm run."""
+    assert set(_stochastic_depths(bench._torchvision_model("swin_b"))) == {0.0}
+
+
+def test_architectures_a_peer_lacks_are_left_out_with_a_reason(capsys):
+    """Swin V2: torchvision has none of ours (said), and timm's has no fused attention (no timm-fused twin)."""
+    case = bench.Case("v2", "swinv2_t_w8", 1, (256, 256))
+    assert set(bench._implementations(case, "cpu")) == {"ours", "timm"}
+    assert "v2: torchvision left out (torchvision has no swinv2_t_w8)" in capsys.readouterr().err
+
+
+def test_an_error_loading_our_weights_into_timm_is_raised(monkeypatch):
+    import swin.weights
+
+    monkeypatch.setattr(swin.weights, "export", lambda state, target: {"not a timm key": torch.zeros(1)})
+    with pytest.raises(RuntimeError, match="state_dict"):
+        bench._implementations(bench.Case("swin_t", "swin_t", 1, (224, 224)), "cpu")
 
 
 def test_unchunked_baseline_turns_chunking_off_only_while_it_runs():
@@ -34,6 +61,12 @@ def test_unchunked_baseline_turns_chunking_off_only_while_it_runs():
     with pytest.raises(RuntimeError):
         bench._Unchunked(Probe())(torch.zeros(1))
     assert seen == [False] and execution.ENABLED
+
+
+def test_unchunked_baseline_restores_what_it_found(monkeypatch):
+    monkeypatch.setattr(execution, "ENABLED", False)
+    bench._Unchunked(torch.nn.Identity())(torch.zeros(1))
+    assert execution.ENABLED is False
 
 
 def test_backbone_case_feeds_torchvision_the_same_weights():
@@ -57,6 +90,53 @@ def test_run_case_reports_a_median_per_implementation():
         assert set(result.faults) == set(result.times) and all(f >= 0 for f in result.faults.values())
         line = bench._format_row({"case": "c", "ms": {}, "page_faults": result.faults})
         assert f"page faults per call: torchvision {result.faults['torchvision']}, ours {result.faults['ours']}" in line
+
+
+def test_run_case_interleaves_and_leaves_warm_ups_out(monkeypatch):
+    """Each implementation warms up in turn, then every round runs each once (A B C A B C); the medians are of
+    the rounds only."""
+    import types
+
+    calls, clock = [], types.SimpleNamespace(now=0.0)
+    durations = {"ours": [100.0, 1.0, 3.0], "timm": [100.0, 2.0, 4.0], "torchvision": [100.0, 5.0, 7.0]}
+
+    def fake(name):
+        def call(x):
+            clock.now += durations[name][sum(c == name for c in calls)]
+            calls.append(name)
+
+        return call
+
+    monkeypatch.setattr(bench, "_implementations", lambda *args: {name: fake(name) for name in durations})
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    result = bench.run_case(bench.Case("c", "swin_t", 1, (8, 8)), rounds=2, warmup=1)
+    assert calls == ["ours", "timm", "torchvision"] * 3
+    assert result.times == {"ours": 2.0, "timm": 3.0, "torchvision": 6.0}
+
+
+def test_row_ratios_are_peer_time_over_ours():
+    times = {
+        "ours": 2.0,
+        "timm": 5.0,
+        "timm-fused": 4.0,
+        "torchvision": 3.0,
+        "timm-fused compiled": 1.5,
+        "torchvision compiled": 1.8,
+        "ours-optimized": 1.0,
+        "ours-unchunked": 3.0,
+    }
+    row = bench._row("c", times, floor=0.5, optimized_floor=0.25)
+    assert row["ms"]["timm-fused compiled"] == 1500.0
+    assert row["speedup_vs_timm"] == 2.0  # the faster of timm's eager settings over ours: above 1, ours faster
+    assert row["speedup_vs_torchvision"] == 1.5 and row["chunking_gain"] == 1.5
+    # the fastest of the peers' names, though ours-optimized is faster still
+    assert row["fastest_peer"] == "timm-fused compiled" and row["optimized_vs_fastest_peer"] == 1.5
+    assert (row["floor_ms"], row["over_floor"], row["optimized_over_floor"]) == (500.0, 4.0, 4.0)
+    alone = bench._row("d", {"ours": 2.0})
+    assert set(alone) == {"case", "ms"}
+    table = bench._table([row, alone]).splitlines()
+    assert table[3] == "| d | 2000.0 | - | - | - | - | - | - | - | - |"
+    assert bench._ways_table([alone]).splitlines()[2] == "| d | 2000.0 | - | - | - |"
 
 
 def test_page_faults_counts_fresh_pages():
@@ -100,8 +180,13 @@ def test_peer_ways_keep_the_same_function():
 
     case = bench.Case("swin_t eval b1 224 fp32", "swin_t", 1, (224, 224))
     impls = bench._implementations(case, "cpu", ways=("eager", "autocast", "bf16"))
-    ways = {"timm-fused autocast", "timm-fused bf16", "torchvision autocast", "torchvision bf16"}
+    ways = {f"{peer} {way}" for peer in ("timm", "timm-fused", "torchvision") for way in ("autocast", "bf16")}
     assert set(impls) == {"ours", "timm", "timm-fused", "torchvision", "ours-optimized"} | ways
+    for name in ("timm", "timm autocast", "timm bf16", "timm-fused", "timm-fused autocast", "timm-fused bf16"):
+        flags = {m.fused_attn for m in impls[name].modules() if hasattr(m, "fused_attn")}
+        assert flags == {name.startswith("timm-fused")}, name  # each way kept its peer's setting
+    for name in ways:  # each way has a model of its own
+        assert not {id(p) for p in impls[name].parameters()} & {id(p) for p in impls[name.split()[0]].parameters()}
     assert isinstance(impls["ours-optimized"], OptimizedModel)
     assert impls["ours-optimized"].dtype == fastest_dtype("cpu")
     assert impls["ours-optimized"].model is not impls["ours"]  # optimized a copy, not the eager model
@@ -112,6 +197,23 @@ def test_peer_ways_keep_the_same_function():
             out = impls[name](x).float()
             assert ((out - reference).norm() / reference.norm()).item() <= 2e-2, name
         assert next(impls["torchvision"].parameters()).dtype == torch.float32  # cast a copy
+
+
+def test_reduced_precision_ways_use_the_dtype_of_ours_optimized(monkeypatch):
+    """Where ours optimized runs float16 (CUDA before compute capability 8.0), so do the peers' autocast and bf16
+    ways; where it runs float32, they stay bfloat16."""
+    import swin.optimized
+    from swin.tools.bench_ways import peer_way, reduced_dtype
+
+    model = torch.nn.Linear(4, 4)
+    monkeypatch.setattr(swin.optimized, "fastest_dtype", lambda device: torch.float16)
+    assert reduced_dtype("cuda") == torch.float16
+    assert next(peer_way(model, "bf16", "cpu").parameters()).dtype == torch.float16
+    assert peer_way(model, "autocast", "cpu").dtype == torch.float16
+    assert peer_way(model, "autocast", "cpu")(torch.zeros(1, 4)).dtype == torch.float16  # CPU autocast takes fp16
+    assert next(model.parameters()).dtype == torch.float32
+    monkeypatch.setattr(swin.optimized, "fastest_dtype", lambda device: torch.float32)
+    assert reduced_dtype("cpu") == torch.bfloat16
 
 
 def test_model_case_and_machine_header():
@@ -170,6 +272,34 @@ def test_bench_refuses_options_that_would_be_ignored(capsys):
     assert "--only picks among the default cases" in capsys.readouterr().err
     assert main(["bench", "--only", "no such case"]) != 0
     assert "no case's name contains that; the cases are: swin_t eval b1 224 fp32;" in capsys.readouterr().err
+    assert main(["bench", "--compile", "--unchunked"]) != 0  # ours-unchunked would be eager against ours compiled
+    assert "the gain shown would be compiling's: leave out one of them" in capsys.readouterr().err
+    assert main(["bench", "--ways", "auto", "compiled"]) != 0
+    assert "--ways auto compiled: auto picks the ways itself and must be given alone" in capsys.readouterr().err
+    for argv in (["--compile"], ["--ways", "all"], ["--unchunked"], ["--format", "json"]):
+        assert main(["bench", "--profile", *argv]) != 0
+        assert f"--profile profiles ours eager, by op, as a table; it does not take {argv[0]}" in (
+            capsys.readouterr().err
+        )
+    assert main(["bench", "--model", "swin_t", "--kind", "train", "--ways", "auto"]) != 0
+    assert "--ways runs inference" in capsys.readouterr().err
+
+
+def test_bench_without_cuda_points_to_the_cpu(monkeypatch, capsys):
+    from swin.tools.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "--device", "cuda"]) == 2
+    assert "no CUDA device is available; run on the CPU with --device cpu" in capsys.readouterr().err
+
+
+def test_profile_takes_rounds(monkeypatch, capsys):
+    from swin.tools.cli import main
+
+    profiled = []
+    monkeypatch.setattr(bench, "profile_case", lambda case, rounds, device: profiled.append((case.name, rounds)))
+    assert main(["bench", "--profile", "--only", "swin_t eval b1", "--rounds", "2"]) == 0
+    assert profiled == [("swin_t eval b1 224 fp32", 2)]
 
 
 def test_allocator_is_named_with_the_settings_the_process_started_with():
