@@ -2,7 +2,7 @@
 // q, k, v with the scores, the softmax and the sums in float32, on CPUs with AVX512-BF16 (vdpbf16ps).
 //
 // Built by swin/layers/window_kernel.py (the C++ compiler torch.compile uses on CPU), loaded with ctypes and
-// called through the custom op swin::window_attention; no torch headers, so that it builds in about a second.
+// called through the custom op swin::window_attention; no torch headers, so that it builds in a few seconds.
 // Threads: OpenMP, the runtime torch itself loaded (libgomp.so.1), so both share one pool.
 //
 // Per task, K is packed as pairs of channels (vdpbf16ps multiplies and adds pairs) with the keys along the

@@ -11,7 +11,7 @@ How it is built: on first use, with the C++ compiler ``torch.compile`` uses on C
 into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``), named by a hash of
 the source, the flags and the compiler's version; written under a temporary name and renamed, so that a
 killed build or two processes building at once never leave a half-written library. It has no torch headers
-(about a second to build) and is loaded with ctypes; its OpenMP threads are torch's own pool (the libgomp
+(a few seconds to build) and is loaded with ctypes; its OpenMP threads are torch's own pool (the libgomp
 torch loaded). Where it cannot be built (no compiler, one too old for AVX512-BF16) a warning says so once,
 and attention keeps the matmul path.
 
