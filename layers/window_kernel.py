@@ -10,7 +10,8 @@ it off (for comparison, or to rule it out).
 How it is built: on first use, with the C++ compiler ``torch.compile`` uses on CPU (``$CXX``, else ``c++``),
 into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``), named by a hash of
 the source, the flags and the compiler's version; written under a temporary name and renamed, so that a
-killed build or two processes building at once never leave a half-written library. It has no torch headers
+killed build or two processes building at once never leave a half-written library (a cache that cannot be
+written: a private directory for the process, removed at exit). It has no torch headers
 (a few seconds to build) and is loaded with ctypes; its OpenMP threads are torch's own pool (the libgomp
 torch loaded). Where it cannot be built (no compiler, one too old for AVX512-BF16) a warning says so once,
 and attention keeps the matmul path.
@@ -23,11 +24,15 @@ aten ops of the other path), and for what the kernel covers (:func:`supports`).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
+import glob
 import hashlib
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -94,10 +99,22 @@ def _build(rebuild: bool = False) -> str:
     except (OSError, subprocess.SubprocessError) as error:
         raise RuntimeError(f"no working C++ compiler {' '.join(compiler)!r} ({error}); set CXX to one") from error
     key = hashlib.sha256(source + " ".join(_FLAGS).encode() + version).hexdigest()[:16]
-    directory = _cache_dir()
-    path = os.path.join(directory, f"window_attention_{key}.so")
+    name = f"window_attention_{key}.so"
+    path = os.path.join(_cache_dir(), name)
     if os.path.isfile(path) and not rebuild:
         return path
+    try:
+        return _compile(compiler, source, path)
+    except OSError as error:  # the cache cannot be written: a private directory, for this process
+        scratch = tempfile.mkdtemp(prefix="swin-kernel-")
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        private = os.path.join(scratch, name)
+        _LOG.warning("swin: cannot write the kernel cache (%s); building into %s", error, private)
+        return _compile(compiler, source, private)
+
+
+def _compile(compiler: list[str], source: bytes, path: str) -> str:
+    directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as work:
@@ -109,9 +126,15 @@ def _build(rebuild: bool = False) -> str:
         if run.returncode:
             tail = " ".join(run.stderr.strip().splitlines()[-3:])
             raise RuntimeError(f"{' '.join(compiler)} failed: {tail}")
+        if not os.path.isfile(out):
+            raise RuntimeError(f"{' '.join(compiler)} exited without error but wrote no library")
         with open(out, "rb") as f:
             os.fsync(f.fileno())  # on disk before it has its name: a crash cannot leave a named, truncated file
         os.replace(out, path)  # the finished library appears at once, or not at all
+    for stale in glob.glob(os.path.join(directory, "window_attention_*.so")):  # other sources' or compilers'
+        if stale != path:
+            with contextlib.suppress(OSError):
+                os.remove(stale)  # a process that has it loaded keeps its mapping
     _LOG.info("swin: built the fused window-attention kernel in %.1f s: %s", time.perf_counter() - start, path)
     return path
 
@@ -180,6 +203,9 @@ def window_attention(
     ``swin::window_attention``; eager, the kernel directly (the op's dispatch costs more than a small call)."""
     if torch.compiler.is_compiling():
         return torch.ops.swin.window_attention(q, k, v, bias, mask, scale)
+    if torch.autograd._profiler_enabled():  # named in a profile, as the op would be
+        with torch.autograd.profiler.record_function("swin::window_attention"):
+            return _run(q, k, v, bias, mask, scale)
     return _run(q, k, v, bias, mask, scale)
 
 

@@ -263,9 +263,12 @@ def test_a_compiler_error_leaves_no_library(monkeypatch, tmp_path):
 @needs_kernel
 def test_built_once_then_read_from_the_cache(monkeypatch, tmp_path):
     _fresh_state(monkeypatch, tmp_path)
+    (tmp_path / "swin").mkdir()
+    (tmp_path / "swin" / "window_attention_0123456789abcdef.so").write_bytes(b"an older source's build")
     path = window_kernel._build()
     assert os.path.isfile(path) and os.path.dirname(path) == str(tmp_path / "swin")
-    assert [p.name for p in (tmp_path / "swin").iterdir()] == [os.path.basename(path)]  # no build leftovers
+    # no build leftovers, and the older build removed
+    assert [p.name for p in (tmp_path / "swin").iterdir()] == [os.path.basename(path)]
     runs = []
     real_run = subprocess.run
     monkeypatch.setattr(subprocess, "run", lambda args, **kw: runs.append(args) or real_run(args, **kw))
@@ -288,3 +291,28 @@ def test_cxx_may_be_a_command_with_arguments(monkeypatch):
     assert window_kernel._compiler() == ["ccache", "g++"]
     monkeypatch.delenv("CXX")
     assert window_kernel._compiler() == ["c++"]
+
+
+def test_a_compiler_that_writes_nothing_is_named(monkeypatch, tmp_path):
+    _fresh_state(monkeypatch, tmp_path / "cache")
+    monkeypatch.setenv("CXX", "true")  # exits 0, writes no library
+    with pytest.warns(UserWarning, match="exited without error but wrote no library"):
+        assert not window_kernel.available()
+
+
+@needs_kernel
+def test_an_unwritable_cache_builds_into_a_private_directory(monkeypatch, tmp_path):
+    """A cache that cannot be written (here: a file where the directory should be) still gives the kernel."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    _fresh_state(monkeypatch, blocker)
+    assert window_kernel.available()
+    assert not blocker.is_dir()
+
+
+@needs_kernel
+def test_named_in_a_profile():
+    q, k, v = _windows(1, 2, 2, 49, 32)
+    with torch.profiler.profile() as profile:
+        window_kernel.window_attention(q, k, v, torch.zeros(2, 49, 49), None, 1.0)
+    assert "swin::window_attention" in {event.key for event in profile.key_averages()}
