@@ -7,20 +7,39 @@ swin_t runs (tokens x in -> out, per stage, at batch 1 and at the 8 images of a 
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
-
-import torch
-
-from swin.layers import linear_kernel
-from swin.tools.machine import describe, machine_info
 
 # swin_t: tokens per image 3136, 784, 196, 49 at C = 96, 192, 384, 768; per block qkv C->3C, proj C->C,
 # fc1 C->4C, fc2 4C->C.
 STAGES = ((3136, 96), (784, 192), (196, 384), (49, 768))
 
 
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return number
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``[ROUNDS]``, checked before torch is imported."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "rounds", nargs="?", type=_positive, default=7, metavar="ROUNDS", help="timed rounds per shape (default 7)"
+    )
+    return p.parse_args(argv)
+
+
 def main(rounds: int = 7) -> None:
+    import torch
+
+    from swin.layers import linear_kernel
+    from swin.tools.machine import describe, machine_info
+
     print(describe(machine_info()))
     print(f"threads {torch.get_num_threads()}; oneDNN chosen by swin: {linear_kernel.onednn_pays()}\n")
     print("| images | stage | layer | tokens x in -> out | F.linear (ATen) GFLOP/s | oneDNN GFLOP/s | oneDNN / ATen |")
@@ -41,4 +60,4 @@ def main(rounds: int = 7) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2]))
+    main(parse_args().rounds)

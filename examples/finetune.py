@@ -7,7 +7,9 @@ with ``torchrun``.
     python examples/finetune.py --steps 20      # no --data: random images, to check the loop runs
 
 ``--data`` is an ImageFolder (one folder per class; ``--num-classes`` defaults to the number of folders);
-``--batch-size`` is per process. Arguments and the data are checked before a model is built.
+``--batch-size`` is per process. Arguments and the data are checked before a model is built. ``--amp auto`` (the
+default) autocasts to the device's fastest dtype (``swin.fastest_dtype``): bf16 where it has bf16 arithmetic,
+fp16 on older CUDA devices, none (float32) elsewhere.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import contextlib
 import json
 import math
 import os
+import random
 import time
 from itertools import count
 from pathlib import Path
 from typing import NoReturn
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -29,15 +33,63 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import swin
 
+# create_model keywords the script passes from its own options: in --model-kwargs too they were given twice.
+OWN_OPTIONS = {"num_classes": "--num-classes", "drop_path_rate": "--drop-path", "pretrained": "--pretrained"}
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
 
-def positive_int(value: str) -> int:
+
+def whole_number(value: str, least: int, what: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+        number = least - 1
+    if number < least:
+        raise argparse.ArgumentTypeError(f"expected a {what} whole number, got {value!r}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return whole_number(value, 1, "positive")
+
+
+def non_negative_int(value: str) -> int:
+    return whole_number(value, 0, "non-negative")
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
+    return number
+
+
+def layer_decay(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 < number <= 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a number in (0, 1], got {value!r}: each block's rate is this times the next one's "
+            "(1 disables layer-wise decay)"
+        )
+    return number
+
+
+def model_kwargs(value: str) -> dict:
+    try:
+        kwargs = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({error}): {value!r}") from None
+    if not isinstance(kwargs, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"img_size\": 384}}', got {value!r}")
+    clashes = [f"pass {OWN_OPTIONS[key]} instead of {key!r}" for key in kwargs if key in OWN_OPTIONS]
+    if clashes:
+        raise argparse.ArgumentTypeError("; ".join(clashes))
+    return kwargs
 
 
 def fail(message: str) -> NoReturn:
@@ -49,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="swin_t")
     p.add_argument("--pretrained", default=None, help="a tag (ms_in1k), NAME.TAG, a checkpoint path or URL")
-    p.add_argument("--model-kwargs", type=json.loads, default={}, help='config overrides, JSON: {"img_size": 384}')
+    p.add_argument("--model-kwargs", type=model_kwargs, default={}, help='config overrides, JSON: {"img_size": 384}')
     p.add_argument(
         "--num-classes",
         type=positive_int,
@@ -57,21 +109,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="classes of the head (default: the class folders of --data; 10 without --data)",
     )
     p.add_argument("--data", type=Path, help="ImageFolder of training images (default: synthetic data)")
-    p.add_argument("--steps", type=int, default=100, help="optimizer steps")
-    p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of --steps")
+    p.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=None, help="default: 5%% of --steps")
     p.add_argument("--batch-size", type=positive_int, default=32, help="per process")
-    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate of the head")
+    p.add_argument("--lr", type=positive_float, default=5e-4, help="peak learning rate of the head")
     p.add_argument("--min-lr", type=float, default=1e-6)
     p.add_argument("--weight-decay", type=float, default=0.05)
-    p.add_argument("--layer-decay", type=float, default=0.9, help="1 disables layer-wise decay")
+    p.add_argument("--layer-decay", type=layer_decay, default=0.9, help="in (0, 1]; 1 disables layer-wise decay")
     p.add_argument("--drop-path", type=float, default=0.1)
     p.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
     p.add_argument("--clip-grad", type=float, default=5.0, help="max gradient norm (0: off)")
-    p.add_argument("--amp", choices=("bf16", "fp16", "off"), default="bf16", help="autocast dtype (fp16: CUDA)")
+    p.add_argument(
+        "--amp",
+        choices=("auto", *AMP_DTYPES),
+        default="auto",
+        help="autocast dtype (fp16: CUDA); auto: the device's fastest (swin.fastest_dtype), off where float32",
+    )
     p.add_argument("--grad-checkpointing", action="store_true")
-    p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--workers", type=non_negative_int, default=4)
+    p.add_argument("--seed", type=int, default=0, help="each process seeds with --seed + its rank")
+    p.add_argument("--log-every", type=positive_int, default=10)
     p.add_argument("--output", type=Path, help="directory for the final weights and metrics.json (rank 0)")
     return p.parse_args(argv)
 
@@ -127,16 +184,37 @@ def check_one_batch(images: int, batch_size: int, world_size: int, source: str) 
         )
 
 
-def training_data(
-    args: argparse.Namespace, dataset, img_size: tuple[int, int], rank: int, world_size: int
-) -> DataLoader:
-    if dataset is not None:
-        import timm.data
+def seed_everything(seed: int) -> None:
+    """torch, and Python's and numpy's generators: timm's random resized crop and RandAugment draw from them in
+    the main process (--workers 0; the DataLoader seeds its workers from torch's)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
-        # timm's training transform: random resized crop, flip, RandAugment, ImageNet mean/std.
-        dataset.transform = timm.data.create_transform(
-            (3, *img_size), is_training=True, auto_augment="rand-m9-mstd0.5-inc1"
-        )
+
+def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``--amp`` (None: float32); ``auto`` is the device's fastest, as bf16 autocast
+    raises on CUDA devices before Ampere and is several times slower than float32 on CPUs without bf16."""
+    if amp != "auto":
+        return AMP_DTYPES[amp]
+    fastest = swin.fastest_dtype(device)
+    return None if fastest == torch.float32 else fastest
+
+
+def train_transform(model: torch.nn.Module):
+    """timm's training transform (random resized crop, flip, RandAugment) with the model's own preprocessing:
+    interpolation, mean and std of its ``pretrained_cfg``, at the model's image size."""
+    import timm.data
+
+    config = timm.data.resolve_model_data_config(model)
+    config["input_size"] = (3, *model.config.img_size)
+    return timm.data.create_transform(**config, is_training=True, auto_augment="rand-m9-mstd0.5-inc1")
+
+
+def training_data(args: argparse.Namespace, dataset, model: torch.nn.Module, rank: int, world_size: int) -> DataLoader:
+    img_size = model.config.img_size
+    if dataset is not None:
+        dataset.transform = train_transform(model)
     else:
         # A small fixed pool of random images and labels: enough to watch the loss fall.
         generator = torch.Generator().manual_seed(args.seed)
@@ -189,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
     rank, world_size, device = setup_distributed()
     if args.num_classes is None:
         args.num_classes = 10
-    torch.manual_seed(args.seed)
+    seed_everything(args.seed + rank)
 
     model = swin.create_model(
         args.model,
@@ -204,13 +282,13 @@ def main(argv: list[str] | None = None) -> dict:
     optimizer = torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-8)
     warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(warmup, args.steps, args.min_lr / args.lr))
-    img_size = model.config.img_size
+    bare = model
     if world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
 
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[args.amp]
+    amp_dtype = autocast_dtype(args.amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    loader = training_data(args, dataset, img_size, rank, world_size)
+    loader = training_data(args, dataset, bare, rank, world_size)
 
     model.train()
     losses, rates = [], []
@@ -233,6 +311,13 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"step {step:5d}  loss {losses[-1]:.4f}  lr(head) {rates[-1][-1]:.2e}", flush=True)
 
     metrics = {
+        # swin.create_model(model, num_classes=num_classes, pretrained="model.pth", **model_kwargs) rebuilds it
+        "model": bare.config.name,
+        "model_kwargs": args.model_kwargs,
+        "num_classes": args.num_classes,
+        "img_size": list(bare.config.img_size),
+        "pretrained": args.pretrained,
+        "amp": str(amp_dtype or torch.float32).removeprefix("torch."),
         "world_size": world_size,
         "steps": len(losses),
         "losses": losses,
@@ -241,7 +326,6 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if rank == 0 and args.output is not None:
         args.output.mkdir(parents=True, exist_ok=True)
-        bare = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
         torch.save(bare.state_dict(), args.output / "model.pth")
         (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if world_size > 1:

@@ -8,7 +8,7 @@ mmsegmentation's Swin UperNet recipes. The images are noise with coloured rectan
 
     python examples/segmentation.py                         # swin_t, random weights, 30 steps at 96x96: ~30 s
     python examples/segmentation.py --pretrained ms_in1k    # ImageNet weights (downloaded once)
-    python examples/segmentation.py --freeze-backbone       # train the head only (frozen_stages=4)
+    python examples/segmentation.py --freeze-backbone       # train the head only (frozen backbone)
     python examples/segmentation.py --model-kwargs '{"depths": [1, 1, 1, 1], "embed_dim": 24}' --size 64  # seconds
 
 The whole backbone trains by default, as in mmsegmentation's recipes; ``--freeze-backbone`` trains the head
@@ -30,21 +30,39 @@ from swin.segmentation import upernet
 CLASSES = ("background", "rectangle", "disc")
 
 
+def at_least(least: int):
+    """An argparse type: a whole number >= ``least``."""
+
+    def check(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = least - 1
+        if number < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {value!r}")
+        return number
+
+    return check
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="swin_t", help="a registered name (swin.list_models())")
     p.add_argument("--pretrained", default=None, help="backbone weights: a tag (ms_in1k), a checkpoint path or URL")
     p.add_argument("--model-kwargs", type=json.loads, default={}, help='backbone overrides, JSON: {"depths": [...]}')
     p.add_argument("--freeze-backbone", action="store_true", help="train the UperNet head only")
-    p.add_argument("--hidden-size", type=int, default=128, help="UperNet's width (512 in mmsegmentation's configs)")
-    p.add_argument("--size", type=int, default=96, help="image side in pixels")
-    p.add_argument("--images", type=int, default=64, help="training images generated")
-    p.add_argument("--steps", type=int, default=30, help="optimizer steps")
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument(
+        "--hidden-size", type=at_least(1), default=128, help="UperNet's width (512 in mmsegmentation's configs)"
+    )
+    p.add_argument("--size", type=at_least(8), default=96, help="image side in pixels (at least 8, for the shapes)")
+    p.add_argument("--images", type=at_least(1), default=64, help="training images generated")
+    p.add_argument("--steps", type=at_least(1), default=30, help="optimizer steps")
+    # UperNet's pooling module batch-normalises 1x1 maps: in training that needs two images or more.
+    p.add_argument("--batch-size", type=at_least(2), default=4)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, help="CPU threads (default: torch's); 1 is fastest on a busy machine")
+    p.add_argument("--threads", type=at_least(1), help="CPU threads (default: torch's); 1 is fastest on a busy machine")
     return p.parse_args(argv)
 
 
@@ -76,6 +94,28 @@ def intersection_over_union(predicted: torch.Tensor, labels: torch.Tensor, class
     ]
 
 
+def build_model(args: argparse.Namespace) -> torch.nn.Module:
+    """UperNet on the backbone ``--model``; with ``--freeze-backbone`` the backbone takes no gradient and stays
+    in eval mode (no drop path) while the head trains."""
+    model = upernet(
+        args.model,
+        id2label=dict(enumerate(CLASSES)),
+        pretrained=args.pretrained or False,
+        hidden_size=args.hidden_size,
+        auxiliary_channels=args.hidden_size,
+        **args.model_kwargs,
+    )
+    if args.freeze_backbone:
+        model.backbone.requires_grad_(False)
+    return model
+
+
+def train_mode(model: torch.nn.Module, freeze_backbone: bool) -> None:
+    model.train()
+    if freeze_backbone:
+        model.backbone.eval()
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.threads:
@@ -85,22 +125,12 @@ def main(argv: list[str] | None = None) -> dict:
     images, labels = make_dataset(args.images, args.size, generator)
     test_images, test_labels = make_dataset(8, args.size, generator)
 
-    backbone_kwargs = dict(args.model_kwargs)
-    if args.freeze_backbone:
-        backbone_kwargs["frozen_stages"] = len(swin.get_config(args.model).replace(**args.model_kwargs).depths)
-    model = upernet(
-        args.model,
-        id2label=dict(enumerate(CLASSES)),
-        pretrained=args.pretrained or False,
-        hidden_size=args.hidden_size,
-        auxiliary_channels=args.hidden_size,
-        **backbone_kwargs,
-    )
+    model = build_model(args)
     data = model.backbone.body.pretrained_cfg  # the backbone's preprocessing: ImageNet mean and std
     mean, std = torch.tensor(data["mean"]).view(1, 3, 1, 1), torch.tensor(data["std"]).view(1, 3, 1, 1)
     optimizer = torch.optim.AdamW(swin.param_groups(model, weight_decay=args.weight_decay, lr=args.lr))
 
-    model.train()
+    train_mode(model, args.freeze_backbone)
     losses = []
     start = time.perf_counter()
     for step in range(args.steps):

@@ -49,11 +49,18 @@ def test_few_steps_learn_with_layer_decayed_groups_and_schedule(tmp_path, monkey
     assert head[0] == pytest.approx(lr / warmup) and head[warmup - 1] == pytest.approx(lr)
     assert (head[warmup:].diff() < 0).all() and 1e-6 < head[-1] < 0.1 * lr
 
-    state = torch.load(tmp_path / "model.pth", weights_only=True)
-    reloaded = swin.create_model("swin_t", pretrained=tmp_path / "model.pth", num_classes=10, **TINY)
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["losses"] == metrics["losses"]
+    # metrics.json names what rebuilds the model the weights belong to (it recorded none of it)
+    assert (written["model"], written["model_kwargs"], written["num_classes"]) == ("swin_t", TINY, 10)
+    assert written["img_size"] == [64, 64] and written["amp"] == "bfloat16"
+    weights = tmp_path / "model.pth"
+    name, kwargs, classes = written["model"], written["model_kwargs"], written["num_classes"]
+    reloaded = swin.create_model(name, pretrained=weights, num_classes=classes, **kwargs)
+    assert list(reloaded.config.img_size) == written["img_size"]
+    state = torch.load(weights, weights_only=True)
     for key, value in reloaded.state_dict().items():
         assert torch.equal(value, state[key]), key
-    assert json.loads((tmp_path / "metrics.json").read_text())["losses"] == metrics["losses"]
 
 
 def test_runs_under_torchrun_with_two_ranks(tmp_path):
@@ -147,3 +154,108 @@ def test_an_epoch_without_a_batch_is_an_error():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# -- reproducible runs, the model's own preprocessing ------------------------------------------------------
+
+
+def test_same_seed_same_losses_with_augmentation(folder, monkeypatch, one_thread):
+    """timm's random resized crop and RandAugment draw from Python's random and numpy: with torch's seed
+    alone two runs in one process trained on different crops."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    example = load_example()
+    argv = [*DATA_ARGS, "--data", str(folder), "--batch-size", "2", "--steps", "2", "--amp", "off", "--seed", "3"]
+    first, second = example.main(argv)["losses"], example.main(argv)["losses"]
+    assert len(first) == 2 and first == second
+
+
+def test_each_rank_seeds_with_seed_plus_rank(monkeypatch):
+    """Every DDP rank had the same seed: the same drop-path masks and augmentations on every process."""
+    example = load_example()
+    monkeypatch.setattr(example, "setup_distributed", lambda: (3, 4, torch.device("cpu")))
+    seeds = []
+
+    class Built(Exception):
+        pass
+
+    def create_model(*args, **kwargs):
+        raise Built
+
+    monkeypatch.setattr(example, "seed_everything", seeds.append)
+    monkeypatch.setattr(swin, "create_model", create_model)
+    with pytest.raises(Built):
+        example.main([*ARGS, "--seed", "10"])
+    assert seeds == [13]  # before the model's initialisation
+
+
+@pytest.mark.parametrize("pinned", [{}, {"mean": (0.5, 0.4, 0.3), "std": (0.2, 0.3, 0.4), "interpolation": "bilinear"}])
+def test_train_transform_uses_the_models_preprocessing(pinned):
+    """The transform was timm's default: bilinear (Swin's weights expect bicubic) and ImageNet's mean/std
+    whatever the model's pretrained_cfg said."""
+    from torchvision.transforms import Normalize
+
+    model = swin.create_model("swin_t", **{**TINY, "img_size": 96})
+    model.pretrained_cfg = {**model.pretrained_cfg, **pinned}
+    cfg = model.pretrained_cfg
+    assert cfg["interpolation"] == pinned.get("interpolation", "bicubic")
+    steps = load_example().train_transform(model).transforms
+    crop, normalize = steps[0], next(step for step in steps if isinstance(step, Normalize))
+    assert crop.size == (96, 96) and crop.interpolation.value == cfg["interpolation"]
+    torch.testing.assert_close(torch.as_tensor(normalize.mean), torch.tensor(cfg["mean"]))
+    torch.testing.assert_close(torch.as_tensor(normalize.std), torch.tensor(cfg["std"]))
+
+
+@pytest.mark.parametrize(
+    ("amp", "fastest", "expected"),
+    [
+        ("auto", torch.bfloat16, torch.bfloat16),
+        ("auto", torch.float16, torch.float16),
+        ("auto", torch.float32, None),  # bf16 autocast on an AVX2-only CPU: several times slower
+        ("bf16", torch.float32, torch.bfloat16),
+        ("fp16", torch.float32, torch.float16),
+        ("off", torch.bfloat16, None),
+    ],
+)
+def test_amp_auto_follows_the_fastest_dtype(monkeypatch, amp, fastest, expected):
+    example = load_example()
+    asked = []
+    monkeypatch.setattr(swin, "fastest_dtype", lambda device: asked.append(device) or fastest)
+    assert example.autocast_dtype(amp, torch.device("cpu")) is expected
+    assert asked == ([torch.device("cpu")] if amp == "auto" else [])
+    assert example.parse_args([]).amp == "auto"
+
+
+# -- arguments checked in the parser, before a model is built ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "0"], "argument --steps: expected a positive whole number, got '0'"),
+        (["--steps", "-5"], "argument --steps: expected a positive whole number, got '-5'"),
+        (["--log-every", "0"], "argument --log-every: expected a positive whole number, got '0'"),
+        (["--lr", "0"], "argument --lr: expected a positive number, got '0'"),
+        (["--lr", "-0.001"], "argument --lr: expected a positive number, got '-0.001'"),
+        (["--lr", "nan"], "argument --lr: expected a positive number, got 'nan'"),
+        (["--layer-decay", "0"], "argument --layer-decay: expected a number in (0, 1], got '0'"),
+        (["--layer-decay", "1.5"], "argument --layer-decay: expected a number in (0, 1], got '1.5'"),
+        (["--warmup-steps", "-1"], "argument --warmup-steps: expected a non-negative whole number, got '-1'"),
+        (["--workers", "-1"], "argument --workers: expected a non-negative whole number, got '-1'"),
+        (["--model-kwargs", "{"], "argument --model-kwargs: not valid JSON"),
+        (["--model-kwargs", "[96]"], "argument --model-kwargs: expected a JSON object"),
+        (["--model-kwargs", '{"drop_path_rate": 0.2}'], "pass --drop-path instead of 'drop_path_rate'"),
+        (["--model-kwargs", '{"num_classes": 5}'], "pass --num-classes instead of 'num_classes'"),
+        (["--amp", "fp8"], "argument --amp: invalid choice: 'fp8'"),
+    ],
+)
+def test_bad_arguments_are_argparse_errors(capsys, no_model, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        load_example().main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_good_arguments_parse():
+    args = load_example().parse_args(
+        ["--layer-decay", "1", "--lr", "1e-3", "--warmup-steps", "0", "--workers", "0", "--model-kwargs", "{}"]
+    )
+    assert (args.layer_decay, args.lr, args.warmup_steps, args.workers, args.model_kwargs) == (1.0, 1e-3, 0, 0, {})

@@ -248,14 +248,51 @@ def test_mask_rcnn_trains_and_predicts():
         assert prediction["masks"].shape == (n, 1, *image.shape[-2:])
 
 
-def test_example_loss_falls(one_thread, capsys):
+def load_example():
     spec = importlib.util.spec_from_file_location("segmentation_example", SCRIPT)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def test_example_loss_falls(one_thread, capsys):
     args = ["--model-kwargs", json.dumps(TINY), "--size", "64", "--hidden-size", "32", "--images", "16"]
-    metrics = example.main([*args, "--steps", "16", "--lr", "1e-3", "--seed", "0"])
+    metrics = load_example().main([*args, "--steps", "16", "--lr", "1e-3", "--seed", "0"])
     losses = torch.tensor(metrics["losses"])
     assert len(losses) == 16 and torch.isfinite(losses).all()
     assert losses[-4:].mean() < 0.9 * losses[:4].mean(), losses
     printed = capsys.readouterr().out
     assert "step   15  loss" in printed and "pixel accuracy" in printed
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "least"),
+    [
+        ("--batch-size", "0", 2),  # printed loss nan
+        ("--batch-size", "1", 2),  # UperNet's BatchNorm on 1x1 pooled maps: a ValueError mid-training
+        ("--images", "0", 1),  # a raw RuntimeError from torch.randint
+        ("--threads", "0", 1),  # silently ignored
+        ("--steps", "-1", 1),
+        ("--size", "4", 8),
+        ("--hidden-size", "x", 1),
+    ],
+)
+def test_example_bad_numbers_are_argparse_errors(capsys, option, value, least):
+    with pytest.raises(SystemExit) as exit_:
+        load_example().parse_args([option, value])
+    message = f"argument {option}: expected a whole number of at least {least}, got {value!r}"
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_example_freezes_a_tagged_backbone(one_thread):
+    """--model swin_t.ms_in1k --freeze-backbone raised UnknownModelError: the stages were counted from the name."""
+    example = load_example()
+    argv = ["--model", "swin_t.ms_in1k", "--freeze-backbone", "--model-kwargs", json.dumps(TINY)]
+    argv += ["--size", "32", "--hidden-size", "16", "--images", "4", "--batch-size", "2", "--steps", "2"]
+    model = example.build_model(example.parse_args(argv))
+    assert not any(p.requires_grad for p in model.backbone.parameters())
+    assert all(p.requires_grad for name, p in model.named_parameters() if not name.startswith("backbone."))
+    example.train_mode(model, freeze_backbone=True)
+    assert model.decode_head.training and not any(m.training for m in model.backbone.modules())
+    metrics = example.main(argv)
+    assert len(metrics["losses"]) == 2 and torch.isfinite(torch.tensor(metrics["losses"])).all()
