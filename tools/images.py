@@ -10,18 +10,26 @@ comes out nearly white, a float image in 0..1 black), so every command opens ima
   unknown depth or a value outside the nominal range are refused (no range to map them by);
 * ``F`` (32-bit float): the float-image convention 0.0..1.0 -> 0..255; a value outside 0..1 (or NaN) is refused,
   since such a file has no range that says what white is;
-* every other mode (``L``, ``P``, ``RGBA``, ``CMYK``, ...) is 8 bits per channel already: PIL's conversion.
+* every other mode (``L``, ``P``, ``RGBA``, ``CMYK``, ...) is 8 bits per channel already: PIL's conversion,
+  after compositing an image with transparency (``RGBA``, ``LA``, a palette or ``tRNS`` colour) over white,
+  as a viewer shows it (PIL's conversion drops the alpha: transparent pixels come out as whatever colour they
+  hide, usually black).
 
-Rescaled values are rounded to the nearest integer.
+Rescaled values are rounded to the nearest integer. :func:`read_image` (``swin predict``, ``swin show``) also
+turns the image upright by its EXIF orientation, as a viewer does; :func:`open_rgb` does so only when asked,
+since ``swin validate`` reads images as timm's evaluation does (no transpose), to keep its numbers comparable.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["UnsupportedImageError", "open_rgb", "read_image", "to_rgb"]
+__all__ = ["MAX_RESIZED_PIXELS", "UnsupportedImageError", "check_resized_size", "open_rgb", "read_image", "to_rgb"]
 
 _SAVE_AS = "save it as an 8-bit or 16-bit PNG (or JPEG) and pass that"
+# The most pixels the evaluation resize may produce before its crop: an elongated image (4000x1) resized to
+# cover the crop would otherwise take gigabytes.
+MAX_RESIZED_PIXELS = 64_000_000
 
 
 class UnsupportedImageError(ValueError):
@@ -39,7 +47,7 @@ def read_image(path: str, folder_hint: str = ""):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such image file; pass the path of a PNG or JPEG image")
     try:
-        return open_rgb(path)
+        return open_rgb(path, upright=True)
     except Image.DecompressionBombError as error:
         raise ValueError(f"{path}: {error}") from None
     except UnsupportedImageError as error:
@@ -48,9 +56,9 @@ def read_image(path: str, folder_hint: str = ""):
         raise ValueError(f"{path} is not an image PIL can read ({error})") from None
 
 
-def open_rgb(path):
+def open_rgb(path, upright: bool = False):
     """The image at ``path`` (a path or a binary file) as an 8-bit RGB PIL image, 16-bit, 32-bit integer and float
-    pixels rescaled by their nominal range (module docstring).
+    pixels rescaled by their nominal range (module docstring); ``upright``: turned by its EXIF orientation.
 
     Raises:
         UnsupportedImageError: no known range for its pixel values, or no RGB form.
@@ -59,7 +67,22 @@ def open_rgb(path):
     from PIL import Image
 
     with Image.open(path) as image:
-        return to_rgb(image)
+        rgb = to_rgb(image)
+        return _upright(image, rgb) if upright else rgb
+
+
+def _upright(image, rgb):
+    """``rgb`` turned by the EXIF orientation of ``image`` (its source), with ``PIL.ImageOps.exif_transpose``."""
+    from PIL import Image, ImageOps
+
+    orientation = image.getexif().get(0x0112, 1)
+    if orientation == 1:
+        return rgb
+    # Transposed here, not the source: to_rgb reads the source's format and TIFF tags, which a transpose loses.
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    rgb.info["exif"] = exif.tobytes()
+    return ImageOps.exif_transpose(rgb)
 
 
 def to_rgb(image):
@@ -103,9 +126,40 @@ def to_rgb(image):
             )
         return _gray(pixels, 1.0)
     try:
-        return image.convert("RGB")
+        return _over_white(image) if _has_alpha(image) else image.convert("RGB")
     except ValueError as error:  # a mode PIL has no RGB conversion for (e.g. LAB)
         raise UnsupportedImageError(f"{error} (PIL mode {mode}); {_SAVE_AS}") from None
+
+
+def _has_alpha(image) -> bool:
+    return image.mode in ("RGBA", "RGBa", "LA", "La", "PA") or "transparency" in image.info
+
+
+def _over_white(image):
+    """An 8-bit image with transparency composited over white, as 8-bit RGB."""
+    from PIL import Image
+
+    rgba = image.convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+
+
+def check_resized_size(image, config, path) -> None:
+    """Refuse ``image`` if the resize of ``config``'s evaluation transform (``create_transform``: the
+    smallest size that covers ``resize_size``, keeping the aspect ratio) would exceed MAX_RESIZED_PIXELS."""
+    if (config.get("crop_mode") or "center") != "center" or config.get("resize_size") is None:
+        return  # squash resizes to the box itself, border fits inside it: no bigger than the box
+    box = config["resize_size"]
+    box = [int(v) for v in box] if isinstance(box, (list, tuple)) else [int(box)]
+    box_height, box_width = box if len(box) == 2 else box * 2
+    width, height = image.size
+    scale = max(box_height / height, box_width / width)
+    resized_width, resized_height = round(width * scale), round(height * scale)
+    if resized_width * resized_height > MAX_RESIZED_PIXELS:
+        raise ValueError(
+            f"{path}: a {width}x{height} image would be resized to {resized_width}x{resized_height} "
+            f"({resized_width * resized_height / 1e6:.0f} megapixels, over {MAX_RESIZED_PIXELS // 10**6}) to cover "
+            f"the {box_width}x{box_height} resize before the crop; crop it nearer to square and pass that"
+        )
 
 
 def _gray(pixels, top: float):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 
 import torch
 
@@ -11,9 +13,42 @@ from ..factory import entry_model
 from ..registry import resolve_name
 from ..weights import manifest
 from ..weights.user_weights import class_labels, locate_weights, preprocessing_for, read_weights
-from .images import read_image
+from .images import check_resized_size, read_image
 
-__all__ = ["cmd_predict", "register"]
+__all__ = ["check_window", "cmd_predict", "register"]
+
+_TABLE = re.compile(r"layers\.(\d+)\.blocks\.\d+\.attn\.relative_position_bias_table")
+
+
+def check_window(arch: str, state: dict[str, torch.Tensor], origin: str) -> None:
+    """Refuse a checkpoint (our layout) whose relative position bias tables are for other windows than
+    ``arch``'s: loading would interpolate them (``fit_state_dict``) into a model the weights were not trained as.
+    """
+    from ..registry import get_config
+
+    config = get_config(arch)
+    if config.version != 1:
+        return  # Swin V2's continuous position bias has no table tied to the window
+    windows = config.stage_windows()
+    for key, value in state.items():
+        match = _TABLE.fullmatch(key)
+        if match and int(match[1]) < len(windows):
+            _check_table(arch, origin, int(match[1]), windows[int(match[1])], value.shape[0])
+
+
+def _check_table(arch: str, origin: str, stage: int, window: tuple[int, int], rows: int) -> None:
+    height, width = window
+    if rows == (2 * height - 1) * (2 * width - 1):
+        return
+    side = math.isqrt(rows)
+    square = side * side == rows
+    theirs = f"window {(side + 1) // 2} ({side}x{side} bias table)" if square else f"a {rows}-row bias table"
+    size = f"window_size: {(side + 1) // 2}" if square else "its window_size"
+    ours = f"{height}" if height == width else f"{height}x{width}"
+    raise ValueError(
+        f"{origin} has {theirs} at stage {stage + 1} but {arch} has window {ours}: register an architecture like "
+        f"{arch} with {size} in a YAML file (format of registry/models.yaml) and run it with --models-file FILE"
+    )
 
 
 def cmd_predict(args) -> int:
@@ -35,9 +70,11 @@ def cmd_predict(args) -> int:
     num_classes = weights.num_classes
     if num_classes is None:
         raise ValueError(f"{weights.name} has no classifier head (head.weight): a backbone checkpoint cannot classify")
+    check_window(arch, weights.state, weights.name)
     model = create_model(arch, num_classes=num_classes, pretrained=weights.state).eval()
     described = weights.entry or named  # the tag whose preprocessing and labels apply, if any
     config = preprocessing_for(arch, described, weights.layout) or data_config(model)
+    check_resized_size(image, config, args.image)
     x = create_transform(config)(image).unsqueeze(0)
     with torch.inference_mode():
         probabilities = model(x).softmax(dim=-1)[0]

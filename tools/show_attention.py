@@ -18,7 +18,7 @@ import torch
 
 from ..layers.attention_probs import attention_output, attention_probabilities
 from ..registry import get_config, resolve_name
-from .images import read_image
+from .images import check_resized_size, read_image
 from .show_windows import WindowLayout, layout_for
 
 __all__ = [
@@ -122,6 +122,7 @@ def prepare(request: AttentionRequest) -> Prepared:
     from ..factory import create_model
     from ..weights.data_config import create_transform, data_config
     from ..weights.user_weights import preprocessing_for, read_weights
+    from .predict_cmd import check_window
 
     layout = None
     if request.random_weights:
@@ -130,6 +131,7 @@ def prepare(request: AttentionRequest) -> Prepared:
         caption = "RANDOM WEIGHTS (untrained, seed 0): near-uniform attention is expected, not learned structure"
     else:
         loaded = read_weights(Path(request.weights), request.entry)
+        check_window(request.arch, loaded.state, loaded.name)
         model = create_model(request.arch, num_classes=loaded.num_classes or 0, pretrained=loaded.state)
         caption = f"weights {loaded.name}"
         layout = loaded.layout
@@ -137,6 +139,7 @@ def prepare(request: AttentionRequest) -> Prepared:
     config = dict(preprocessing_for(request.arch, request.entry, layout) or data_config(model))
     config["input_size"] = (3, *model.config.img_size)  # the size the stage maps were checked against
     pixels = read_image(request.image)  # 8-bit RGB, 16-bit and float images rescaled (not clipped)
+    check_resized_size(pixels, config, request.image)
     x = create_transform(config)(pixels).unsqueeze(0)
     return Prepared(model, x, tuple(config["mean"]), tuple(config["std"]), caption)
 

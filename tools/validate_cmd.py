@@ -21,6 +21,7 @@ from ..factory import create_model
 from ..registry import resolve_name
 from ..weights import UnsafeCheckpointError, create_transform, data_config, get_entry, load_checkpoint
 from ..weights.user_weights import preprocessing_for
+from .predict_cmd import check_window
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -79,14 +80,7 @@ def class_indices(folders: list[str], num_classes: int, labels: str | None = Non
     Raises:
         DatasetError: naming every folder that maps to no class of the head.
     """
-    subset = labels or _LABEL_SETS.get(num_classes)
-    wordnet: dict[str, int] = {}
-    if subset is not None:
-        from timm.data import ImageNetInfo
-
-        info = ImageNetInfo(subset)
-        if info.num_classes() == num_classes:
-            wordnet = {name: i for i, name in enumerate(info.label_names())}
+    subset, wordnet = _wordnet_ids(num_classes, labels)
     mapping, unmapped = {}, []
     for folder in folders:
         if folder in wordnet:
@@ -109,12 +103,30 @@ def class_indices(folders: list[str], num_classes: int, labels: str | None = Non
     return mapping
 
 
+def _wordnet_ids(num_classes: int, labels: str | None) -> tuple[str | None, dict[str, int]]:
+    """The first of the tag's label set and the one for the head's size (timm's ImageNetInfo subsets) that has
+    ``num_classes`` classes, and its WordNet id -> class index; (None, {}) when neither fits."""
+    from timm.data import ImageNetInfo
+
+    for subset in dict.fromkeys((labels, _LABEL_SETS.get(num_classes))):
+        if not subset:
+            continue
+        try:
+            info = ImageNetInfo(subset)
+        except Exception:  # a label set this timm lacks: try the next
+            continue
+        if info.num_classes() == num_classes:
+            return subset, {name: i for i, name in enumerate(info.label_names())}
+    return None, {}
+
+
 class ImageFolder(Dataset):
     """(image tensor, class index) for each file, in folder then file order."""
 
-    def __init__(self, images: dict[str, list[Path]], mapping: dict[str, int], transform):
+    def __init__(self, images: dict[str, list[Path]], mapping: dict[str, int], transform, config=None):
         self.samples = [(path, mapping[folder]) for folder, paths in images.items() for path in paths]
         self.transform = transform
+        self.config = config  # the preprocessing: images its resize would blow up are refused
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -122,13 +134,18 @@ class ImageFolder(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         from PIL import Image
 
-        from .images import UnsupportedImageError, open_rgb
+        from .images import UnsupportedImageError, check_resized_size, open_rgb
 
         path, target = self.samples[index]
         try:
-            return self.transform(open_rgb(path)), target  # 16-bit and float images rescaled to 8 bits
+            image = open_rgb(path)  # 16-bit and float images rescaled to 8 bits
+            if self.config is not None:
+                check_resized_size(image, self.config, path)
+            return self.transform(image), target
         except UnsupportedImageError as error:  # a depth with no range to map to 8 bits
             raise DatasetError(f"{path}: {error}; or remove it, and run again") from None
+        except ValueError as error:  # too elongated to resize
+            raise DatasetError(f"{error}; or remove it, and run again") from None
         except (OSError, Image.DecompressionBombError) as error:  # truncated or not an image at all
             raise DatasetError(f"{path}: not a readable image ({error}); remove or replace it and run again") from None
 
@@ -186,10 +203,12 @@ def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any],
         model = create_model(arch, pretrained=entry.tag, num_classes=entry.num_classes)
         return model.eval(), data_config(model), entry
     if not os.path.isfile(checkpoint):
-        raise FileNotFoundError(f"--checkpoint {checkpoint}: no such file")
-    head = load_checkpoint(checkpoint).get("head.weight")
+        raise FileNotFoundError(f"--weights {checkpoint}: no such file")
+    state = load_checkpoint(checkpoint)
+    head = state.get("head.weight")
     if head is None:
-        raise ValueError(f"--checkpoint {checkpoint} has no classifier head (head.weight): nothing to score")
+        raise ValueError(f"--weights {checkpoint} has no classifier head (head.weight): nothing to score")
+    check_window(arch, state, checkpoint)
     model = create_model(arch, pretrained=checkpoint, num_classes=head.shape[0])
     entry = get_entry(arch, tag) if tag else None  # the tag's preprocessing for a local copy of its weights
     if entry is not None:
@@ -232,7 +251,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from ..optimized import optimize
 
         runner = optimize(model, dtype="bfloat16" if args.bf16 else "auto")
-    dataset = ImageFolder(images, mapping, create_transform(config))
+    dataset = ImageFolder(images, mapping, create_transform(config), config)
     loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers, pin_memory=device.type == "cuda")
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     start = time.perf_counter()
@@ -292,6 +311,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(value: str, least: int) -> int:
+    """An argparse type: a whole number of at least ``least`` (argparse names the option)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = least - 1
+    if number < least:
+        raise argparse.ArgumentTypeError(f"takes a whole number of at least {least}, got {value!r}")
+    return number
+
+
+def _positive(value: str) -> int:
+    return _count(value, 1)
+
+
+def _non_negative(value: str) -> int:
+    return _count(value, 0)
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "validate",
@@ -310,8 +348,14 @@ def register(sub) -> None:
         "preprocessing from TAG if given, else that of the architecture's weights published in the file's layout "
         "(torchvision's transforms for a torchvision file, the default tag's otherwise; --checkpoint: the old name)",
     )
-    p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default 64)")
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="data loading processes")
+    p.add_argument("--batch-size", type=_positive, default=64, metavar="N", help="images per forward pass (default 64)")
+    p.add_argument(
+        "--workers",
+        type=_non_negative,
+        default=min(8, os.cpu_count() or 1),
+        metavar="N",
+        help="data loading processes (0: load in the main process)",
+    )
     p.add_argument("--bf16", action="store_true", help="run the model under bfloat16 autocast")
     p.add_argument(
         "--optimize",

@@ -12,7 +12,7 @@ from PIL import Image
 
 import swin
 from swin.registry import lookup
-from swin.tools.images import UnsupportedImageError, open_rgb, read_image, to_rgb
+from swin.tools.images import UnsupportedImageError, check_resized_size, open_rgb, read_image, to_rgb
 from swin.tools.show_attention import AttentionRequest, prepare
 from swin.tools.validate_cmd import DatasetError, ImageFolder
 
@@ -134,3 +134,55 @@ def test_show_attention_preprocesses_16_bit_images_rescaled(png16, tiny_arch):
     )
     expected = transform(Image.fromarray(_expected16(raw)))
     torch.testing.assert_close(prepared.image, expected.unsqueeze(0))
+
+
+@pytest.fixture
+def rotated_jpeg(tmp_path):
+    """A 20x10 JPEG whose EXIF Orientation is 6 (shown turned 90 degrees clockwise), bright at its top left."""
+    pixels = np.zeros((10, 20, 3), np.uint8)
+    pixels[:4, :4] = 255
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = 6
+    path = tmp_path / "rotated.jpg"
+    image.save(path, exif=exif, quality=100)
+    return path
+
+
+def test_predict_and_show_read_images_upright(rotated_jpeg):
+    upright = np.asarray(read_image(str(rotated_jpeg)))
+    assert upright.shape == (20, 10, 3)  # turned: 10 wide, 20 high
+    assert upright[1, -2].min() > 200 and upright[1, 1].max() < 50  # the bright corner is now top right
+
+
+def test_validate_reads_images_as_stored_as_timm_does(rotated_jpeg):
+    got, _ = ImageFolder({"a": [rotated_jpeg]}, {"a": 0}, transform=np.asarray)[0]
+    assert got.shape == (10, 20, 3) and got[1, 1].min() > 200
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P"])
+def test_transparent_pixels_read_as_white(tmp_path, mode):
+    path = tmp_path / f"{mode}.png"
+    if mode == "P":
+        image = Image.new("P", (4, 3), 0)
+        image.putpalette([0, 0, 0, 200, 10, 10])
+        image.putpixel((1, 0), 1)
+        image.save(path, transparency=0)  # palette index 0 (black) is transparent
+    else:
+        image = Image.new(mode, (4, 3), (0, 0) if mode == "LA" else (0, 0, 0, 0))
+        image.putpixel((1, 0), (200, 255) if mode == "LA" else (200, 10, 10, 255))
+        image.save(path)
+    rgb = read_image(str(path))
+    assert rgb.getpixel((0, 0)) == (255, 255, 255)
+    assert rgb.getpixel((1, 0)) == ((200, 200, 200) if mode == "LA" else (200, 10, 10))  # opaque: unchanged
+
+
+def test_an_elongated_image_is_refused_before_the_resize(tmp_path):
+    path = tmp_path / "line.png"
+    Image.new("RGB", (20000, 1)).save(path)
+    config = {"input_size": (3, 224, 224), "resize_size": 248, "crop_pct": 0.9}
+    with pytest.raises(ValueError, match=r"line.png: a 20000x1 image would be resized to 4960000x248 "):
+        check_resized_size(read_image(str(path)), config, path)
+    check_resized_size(Image.new("RGB", (4000, 1000)), config, path)  # 992x248: fine
+    with pytest.raises(DatasetError, match=r"20000x1 image .*or remove it, and run again"):
+        ImageFolder({"a": [path]}, {"a": 0}, lambda image: pytest.fail("transformed"), config)[0]

@@ -123,3 +123,64 @@ def test_class_labels_fit_the_head():
     assert class_labels(21841)[5] == ImageNetInfo("imagenet-22k").index_to_description(5)
     assert class_labels(3) == ["class 0", "class 1", "class 2"]
     assert class_labels(3, preferred="imagenet-1k") == ["class 0", "class 1", "class 2"]
+
+
+TINY_W14 = """
+predict_tiny_w14:
+  embed_dim: 32
+  depths: [1, 1, 1, 1]
+  num_heads: [1, 2, 4, 8]
+  window_size: 14
+  img_size: 224
+"""
+
+
+@pytest.fixture
+def tiny_checkpoints(tmp_path, monkeypatch):
+    """A tiny swin_t-like architecture (window 7) registered for the test only; checkpoints of it trained with
+    its own window and with window 14 (27x27 bias tables at stages 1-3), and a YAML registering the latter."""
+    import swin
+    from swin.registry import lookup
+
+    swin.list_models()  # load the bundled entries before taking the copy
+    monkeypatch.setattr(lookup, "_configs", dict(lookup._configs))
+    monkeypatch.setattr(lookup, "_aliases", dict(lookup._aliases))
+    tiny = {"embed_dim": 32, "depths": (1, 1, 1, 1), "num_heads": (1, 2, 4, 8), "num_classes": CLASSES}
+    swin.register_model(name="predict_tiny", **tiny)
+    torch.manual_seed(0)
+    torch.save(swin.create_model("predict_tiny", **tiny).state_dict(), tmp_path / "w7.pth")
+    torch.save(swin.create_model("predict_tiny", window_size=14, **tiny).state_dict(), tmp_path / "w14.pth")
+    (tmp_path / "w14.yaml").write_text(TINY_W14)
+    Image.new("RGB", (64, 48), (10, 200, 30)).save(tmp_path / "image.png")
+    return tmp_path
+
+
+def test_a_checkpoint_of_another_window_is_refused(tiny_checkpoints, capsys):
+    folder = tiny_checkpoints
+    image = folder / "image.png"
+    status, out, err = predict(capsys, image, "--model", "predict_tiny", "--weights", folder / "w14.pth")
+    assert status == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "has window 14 (27x27 bias table) at stage 1 but predict_tiny has window 7" in err
+    assert "window_size: 14" in err and "--models-file" in err
+
+    status, out, err = predict(capsys, image, "--model", "predict_tiny", "--weights", folder / "w7.pth")
+    assert status == 0 and f"{CLASSES} classes" in out, err
+
+    # what the message says to do: an architecture registered with the checkpoint's window runs it
+    status = main(
+        ["--models-file", str(folder / "w14.yaml"), "predict", str(image), "--model", "predict_tiny_w14"]
+        + ["--weights", str(folder / "w14.pth")]
+    )
+    assert status == 0, capsys.readouterr().err
+
+
+def test_an_elongated_image_is_refused_before_the_resize(tiny_checkpoints, capsys, monkeypatch):
+    import importlib
+
+    data_config = importlib.import_module("swin.weights.data_config")  # the module, not the function
+    folder = tiny_checkpoints
+    Image.new("RGB", (20000, 1)).save(folder / "line.png")
+    monkeypatch.setattr(data_config, "create_transform", lambda config: pytest.fail("transformed"))
+    status, out, err = predict(capsys, folder / "line.png", "--model", "predict_tiny", "--weights", folder / "w7.pth")
+    assert status == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "20000x1 image would be resized to 4960000x248" in err and "crop it nearer to square" in err

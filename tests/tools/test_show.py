@@ -452,3 +452,12 @@ def test_dpi_in_range_sets_the_png_size(capsys, tmp_path):
     code, _, err = run(capsys, "show", "windows", "swin_t", "--stage", "4", "--out", str(out), "--dpi", "10")
     assert code == 0, err
     assert struct.unpack(">II", out.read_bytes()[16:24]) == (130, 138)  # the 13 x 13.8 inch figure at 10 dpi
+
+
+def test_attention_refuses_a_checkpoint_of_another_window(capsys, tmp_path, image, tiny):
+    models, _, _ = tiny
+    torch.save(swin.create_model("show_tiny", window_size=8).state_dict(), tmp_path / "w8.pth")
+    argv = ["--models-file", str(models), "show", "attention", str(image), "--model", "show_tiny"]
+    err = one_line_error(capsys, *argv, "--weights", str(tmp_path / "w8.pth"), "--out", str(tmp_path / "a.png"))
+    assert "has window 8 (15x15 bias table) at stage 1 but show_tiny has window 4" in err and "--models-file" in err
+    assert not (tmp_path / "a.png").exists()

@@ -188,7 +188,7 @@ def test_fails_clearly_on_unknown_tag_and_missing_weights(tmp_path, capsys, monk
     code, _, err = run(capsys, "swin_t.no_such_tag", "--data", tmp_path / "val")
     assert code == 2 and "no pretrained tag 'no_such_tag' for swin_t" in err
     code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--checkpoint", tmp_path / "nope.pth")
-    assert code == 2 and "nope.pth: no such file" in err
+    assert code == 2 and f"--weights {tmp_path / 'nope.pth'}: no such file" in err
     monkeypatch.setenv("SWIN_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("SWIN_OFFLINE", "1")
     code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val")
@@ -234,3 +234,53 @@ def test_a_22k_checkpoint_maps_wordnet_folders_through_imagenet_22k(tmp_path, ca
     code, out, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--weights", tmp_path / "in22k.pth")
     assert code == 0, err
     assert "1 images, 1 class folders" in out
+
+
+def test_refuses_a_checkpoint_of_another_window(tiny_arch, tmp_path, capsys):
+    """validate_tiny has windows 7, 7, 4, 2 at its 64x64 input (shrunk to the maps); a checkpoint trained with
+    window 4 has 7x7 bias tables at stage 1: refused, not interpolated into another model."""
+    torch.manual_seed(0)
+    torch.save(swin.create_model(ARCH, num_classes=10, window_size=4).state_dict(), tmp_path / "w4.pth")
+    write_folder(tmp_path / "val", random_images(1), [0], str)
+    code, out, err = run(capsys, ARCH, "--data", tmp_path / "val", "--weights", tmp_path / "w4.pth")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "w4.pth has window 4 (7x7 bias table) at stage 1 but validate_tiny has window 7" in err
+    assert "window_size: 4" in err and "--models-file" in err
+
+
+def test_a_1k_checkpoint_under_a_22k_tag_maps_wordnet_folders_through_imagenet_1k(tmp_path, capsys):
+    """The tag's label set (ImageNet-22k) does not fit a 1000-class head: the head's own (ImageNet-1k) is used."""
+    torch.manual_seed(0)
+    torch.save(swin.create_model("swin_t", num_classes=1000).state_dict(), tmp_path / "in1k.pth")
+    wordnet = sorted(timm.data.ImageNetInfo("imagenet-1k").label_names())
+    write_folder(tmp_path / "val", random_images(2), [wordnet[0], wordnet[999]], str)
+    argv = ["swin_t.ms_in22k", "--data", tmp_path / "val", "--weights", tmp_path / "in1k.pth", "--format", "json"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["num_classes"] == 1000 and result["num_class_folders"] == 2
+
+
+def test_class_indices_keep_the_first_label_set_that_fits():
+    from swin.tools.validate_cmd import class_indices
+
+    first = sorted(timm.data.ImageNetInfo("imagenet-1k").label_names())[5]
+    assert class_indices([first, "7"], 1000, "imagenet-22k") == {first: 5, "7": 7}
+    assert class_indices([first], 1000, "no-such-label-set") == {first: 5}
+
+
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("--batch-size", "0", "at least 1, got '0'"),
+        ("--batch-size", "-3", "at least 1, got '-3'"),
+        ("--batch-size", "two", "at least 1, got 'two'"),
+        ("--workers", "-1", "at least 0, got '-1'"),
+        ("--workers", "1.5", "at least 0, got '1.5'"),
+    ],
+)
+def test_bad_batch_size_and_workers_are_refused_by_the_parser(tmp_path, capsys, option, value, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["validate", "swin_t", "--data", str(tmp_path), option, value])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"argument {option}: takes a whole number of {expected}" in err
