@@ -334,8 +334,9 @@ def from_transformers(
     Args:
         reference: a ``UperNetForSemanticSegmentation`` whose ``backbone_config`` is a ``SwinConfig``, its
             ``UperNetConfig``, a ``save_pretrained`` directory (transformers' model's or one of ours: this is
-            how ours reload, any backbone :func:`upernet` built, from the config's ``swin_backbone``), or a hub
-            id (read by ``UperNetForSemanticSegmentation.from_pretrained``).
+            how ours reload, any backbone :func:`upernet` built, from the config's ``swin_backbone``; transformers'
+            own ``from_pretrained`` cannot rebuild our backbone from such a directory), or a hub id (read by
+            ``UperNetForSemanticSegmentation.from_pretrained``).
         state_dict: with a config, the weights to load (transformers' keys or ours); a model brings its own.
 
     Raises:

@@ -122,7 +122,17 @@ def _timm_models(case: Case, ours: torch.nn.Module) -> dict[str, torch.nn.Module
     except Exception as error:  # a model timm does not have, or cannot build at this size
         print(f"  {case.name}: timm left out ({type(error).__name__}: {error})", file=sys.stderr)
         return {}
-    model.load_state_dict(export(ours.state_dict(), target="timm"))
+    weights, own = export(ours.state_dict(), target="timm"), model.state_dict()
+    differ = [key for key, value in weights.items() if key in own and own[key].shape != value.shape]
+    if differ:  # e.g. at another size timm clamps windows to the maps where ours keeps the configured window
+        key = differ[0]
+        print(
+            f"  {case.name}: timm left out (its model at this size has other shapes: {key} "
+            f"{tuple(own[key].shape)} against ours {tuple(weights[key].shape)})",
+            file=sys.stderr,
+        )
+        return {}
+    model.load_state_dict(weights)
     models = {"timm": model}
     if any(hasattr(module, "fused_attn") for module in model.modules()):
         models["timm-fused"] = copy.deepcopy(model)

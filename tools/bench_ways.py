@@ -68,17 +68,17 @@ class _Cast(nn.Module):
 
 
 def peer_way(model: nn.Module, way: str, device: str) -> nn.Module:
-    """``model`` (left unchanged) run the way ``way``; every way but ``eager`` on a copy of its own, so that no
-    flag, cast or compiled state is shared between ways."""
+    """``model`` (left unchanged) run the way ``way``; the ways that cast or compile on a copy of their own, so
+    that no cast or compiled state is shared between ways (eager and autocast run the model itself)."""
     from swin.optimized import FrozenCompiled, fastest_dtype
 
     if way not in WAYS:
         raise ValueError(f"unknown way {way!r}; choose from {', '.join(WAYS)}")
     if way == "eager":
         return model
-    own = copy.deepcopy(model)
     if way == "autocast":
-        return _Autocast(own, device, reduced_dtype(device))
+        return _Autocast(model, device, reduced_dtype(device))
+    own = copy.deepcopy(model)
     if way == "bf16":
         return _Cast(own, reduced_dtype(device))
     dtype = fastest_dtype(device)  # compiled

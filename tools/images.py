@@ -24,12 +24,24 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MAX_RESIZED_PIXELS", "UnsupportedImageError", "check_resized_size", "open_rgb", "read_image", "to_rgb"]
+__all__ = [
+    "MAX_RESIZED_PIXELS",
+    "ImageTooElongatedError",
+    "UnsupportedImageError",
+    "check_resized_size",
+    "open_rgb",
+    "read_image",
+    "to_rgb",
+]
 
 _SAVE_AS = "save it as an 8-bit or 16-bit PNG (or JPEG) and pass that"
 # The most pixels the evaluation resize may produce before its crop: an elongated image (4000x1) resized to
 # cover the crop would otherwise take gigabytes.
 MAX_RESIZED_PIXELS = 64_000_000
+
+
+class ImageTooElongatedError(ValueError):
+    """An image whose resize before the crop would exceed :data:`MAX_RESIZED_PIXELS`."""
 
 
 class UnsupportedImageError(ValueError):
@@ -155,7 +167,7 @@ def check_resized_size(image, config, path) -> None:
     scale = max(box_height / height, box_width / width)
     resized_width, resized_height = round(width * scale), round(height * scale)
     if resized_width * resized_height > MAX_RESIZED_PIXELS:
-        raise ValueError(
+        raise ImageTooElongatedError(
             f"{path}: a {width}x{height} image would be resized to {resized_width}x{resized_height} "
             f"({resized_width * resized_height / 1e6:.0f} megapixels, over {MAX_RESIZED_PIXELS // 10**6}) to cover "
             f"the {box_width}x{box_height} resize before the crop; crop it nearer to square and pass that"

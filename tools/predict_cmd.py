@@ -23,32 +23,73 @@ _TABLE = re.compile(r"layers\.(\d+)\.blocks\.\d+\.attn\.relative_position_bias_t
 def check_window(arch: str, state: dict[str, torch.Tensor], origin: str) -> None:
     """Refuse a checkpoint (our layout) whose relative position bias tables are for other windows than
     ``arch``'s: loading would interpolate them (``fit_state_dict``) into a model the weights were not trained as.
+    The message names the registered architectures whose windows fit, if any.
     """
     from ..registry import get_config
 
     config = get_config(arch)
     if config.version != 1:
         return  # Swin V2's continuous position bias has no table tied to the window
-    windows = config.stage_windows()
+    rows = _table_rows(state)
+    expected = _expected_rows(config)
+    wrong = [stage for stage, count in rows.items() if stage < len(expected) and count != expected[stage]]
+    if not wrong:
+        return
+    stage = wrong[0]
+    side = math.isqrt(rows[stage])
+    theirs = (
+        f"window {_window_of(rows[stage])} ({side}x{side} bias table)"
+        if side * side == rows[stage]
+        else (f"a {rows[stage]}-row bias table")
+    )
+    height, width = config.stage_windows()[stage]
+    ours = f"{height}" if height == width else f"{height}x{width}"
+    fitting = _fitting_architectures(config, rows)
+    if fitting:
+        advice = f"run it with --model {fitting[0]}" + (f" (or {', '.join(fitting[1:])})" if fitting[1:] else "")
+    else:
+        windows = ", ".join(_window_of(rows[i]) for i in sorted(rows))
+        advice = (
+            f"register an architecture like {arch} whose stages have the checkpoint's windows ({windows}; set by "
+            "window_size, and img_size where a stage's map is smaller than the window) in a YAML file (format of "
+            "registry/models.yaml), and run it with --models-file FILE"
+        )
+    raise ValueError(f"{origin} has {theirs} at stage {stage + 1} but {arch} has window {ours} there: {advice}")
+
+
+def _window_of(rows: int) -> str:
+    """The square window a table of ``rows`` rows is for, or the row count when it is not square."""
+    side = math.isqrt(rows)
+    return str((side + 1) // 2) if side * side == rows else f"{rows} rows"
+
+
+def _table_rows(state: dict[str, torch.Tensor]) -> dict[int, int]:
+    rows = {}
     for key, value in state.items():
         match = _TABLE.fullmatch(key)
-        if match and int(match[1]) < len(windows):
-            _check_table(arch, origin, int(match[1]), windows[int(match[1])], value.shape[0])
+        if match:
+            rows[int(match[1])] = value.shape[0]
+    return rows
 
 
-def _check_table(arch: str, origin: str, stage: int, window: tuple[int, int], rows: int) -> None:
-    height, width = window
-    if rows == (2 * height - 1) * (2 * width - 1):
-        return
-    side = math.isqrt(rows)
-    square = side * side == rows
-    theirs = f"window {(side + 1) // 2} ({side}x{side} bias table)" if square else f"a {rows}-row bias table"
-    size = f"window_size: {(side + 1) // 2}" if square else "its window_size"
-    ours = f"{height}" if height == width else f"{height}x{width}"
-    raise ValueError(
-        f"{origin} has {theirs} at stage {stage + 1} but {arch} has window {ours}: register an architecture like "
-        f"{arch} with {size} in a YAML file (format of registry/models.yaml) and run it with --models-file FILE"
-    )
+def _expected_rows(config) -> list[int]:
+    return [(2 * h - 1) * (2 * w - 1) for h, w in config.stage_windows()]
+
+
+def _fitting_architectures(config, rows: dict[int, int]) -> list[str]:
+    """Registered Swin V1 architectures of ``config``'s shape whose every stage's bias table has ``rows``'s size."""
+    from ..registry import get_config, list_models
+
+    shape = (config.embed_dim, tuple(config.depths), tuple(config.num_heads))
+    fitting = []
+    for name in list_models():
+        other = get_config(name)
+        if other.version != 1 or (other.embed_dim, tuple(other.depths), tuple(other.num_heads)) != shape:
+            continue
+        expected = _expected_rows(other)
+        if all(stage < len(expected) and count == expected[stage] for stage, count in rows.items()):
+            fitting.append(name)
+    return fitting
 
 
 def cmd_predict(args) -> int:

@@ -134,7 +134,7 @@ class ImageFolder(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         from PIL import Image
 
-        from .images import UnsupportedImageError, check_resized_size, open_rgb
+        from .images import ImageTooElongatedError, UnsupportedImageError, check_resized_size, open_rgb
 
         path, target = self.samples[index]
         try:
@@ -144,7 +144,7 @@ class ImageFolder(Dataset):
             return self.transform(image), target
         except UnsupportedImageError as error:  # a depth with no range to map to 8 bits
             raise DatasetError(f"{path}: {error}; or remove it, and run again") from None
-        except ValueError as error:  # too elongated to resize
+        except ImageTooElongatedError as error:  # the message names the path
             raise DatasetError(f"{error}; or remove it, and run again") from None
         except (OSError, Image.DecompressionBombError) as error:  # truncated or not an image at all
             raise DatasetError(f"{path}: not a readable image ({error}); remove or replace it and run again") from None

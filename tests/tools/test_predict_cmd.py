@@ -161,7 +161,7 @@ def test_a_checkpoint_of_another_window_is_refused(tiny_checkpoints, capsys):
     status, out, err = predict(capsys, image, "--model", "predict_tiny", "--weights", folder / "w14.pth")
     assert status == 1 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "has window 14 (27x27 bias table) at stage 1 but predict_tiny has window 7" in err
-    assert "window_size: 14" in err and "--models-file" in err
+    assert "the checkpoint's windows (14, 14, 14, 7;" in err and "--models-file" in err
 
     status, out, err = predict(capsys, image, "--model", "predict_tiny", "--weights", folder / "w7.pth")
     assert status == 0 and f"{CLASSES} classes" in out, err
@@ -172,6 +172,22 @@ def test_a_checkpoint_of_another_window_is_refused(tiny_checkpoints, capsys):
         + ["--weights", str(folder / "w14.pth")]
     )
     assert status == 0, capsys.readouterr().err
+
+
+def test_a_checkpoint_of_a_registered_architecture_is_pointed_to_it():
+    """A swin_b_384 checkpoint given as swin_b: the message names swin_b_384, whose windows (12 in every stage
+    at 384) fit; one registered "like swin_b with window_size 12" at 224 would not (stage 4 is 7 there)."""
+    from swin.tools.predict_cmd import check_window
+
+    tables = {
+        f"layers.{stage}.blocks.0.attn.relative_position_bias_table": torch.zeros(23 * 23, heads)
+        for stage, heads in enumerate((4, 8, 16, 32))
+    }
+    with pytest.raises(
+        ValueError, match="has window 12 .* but swin_b has window 7 there: run it with --model swin_b_384"
+    ):
+        check_window("swin_b", tables, "b384.pth")
+    check_window("swin_b_384", tables, "b384.pth")  # fits
 
 
 def test_an_elongated_image_is_refused_before_the_resize(tiny_checkpoints, capsys, monkeypatch):

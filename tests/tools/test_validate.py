@@ -245,7 +245,7 @@ def test_refuses_a_checkpoint_of_another_window(tiny_arch, tmp_path, capsys):
     code, out, err = run(capsys, ARCH, "--data", tmp_path / "val", "--weights", tmp_path / "w4.pth")
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert "w4.pth has window 4 (7x7 bias table) at stage 1 but validate_tiny has window 7" in err
-    assert "window_size: 4" in err and "--models-file" in err
+    assert "the checkpoint's windows (4, 4, 4, 2;" in err and "--models-file" in err
 
 
 def test_a_1k_checkpoint_under_a_22k_tag_maps_wordnet_folders_through_imagenet_1k(tmp_path, capsys):
