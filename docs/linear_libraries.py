@@ -10,19 +10,14 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from swin.tools.argtypes import whole_number
+
 # swin_t: tokens per image 3136, 784, 196, 49 at C = 96, 192, 384, 768; per block qkv C->3C, proj C->C,
 # fc1 C->4C, fc2 4C->C.
 STAGES = ((3136, 96), (784, 192), (196, 384), (49, 768))
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
-    return number
+_positive = whole_number(1, says="expected a positive whole number")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

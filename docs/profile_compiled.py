@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import argparse
 
+from swin.tools.argtypes import whole_number
+
 DTYPES = ("float32", "bfloat16")
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
-    return number
+_positive = whole_number(1, says="expected a positive whole number")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -11,10 +11,10 @@ a long save leaves the old file, or none, never a truncated one.
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Iterable
 
+from .argtypes import whole_number
 from .atomic import UnsafeOutputError, atomic_output, check_output
 from .flops_cmd import _PLOT_HINT, PLOT_FORMATS
 
@@ -24,19 +24,13 @@ __all__ = ["MAX_DPI", "check_figure_path", "parse_dpi", "pyplot", "save"]
 MAX_DPI = 1200
 
 
-def parse_dpi(value: str) -> int:
-    """The argparse type of ``--dpi``: a whole number of dots per inch from 1 to :data:`MAX_DPI`, checked
-    before any work (matplotlib only refuses 0 after the forward pass, and a huge one runs out of memory)."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_DPI:
-        raise argparse.ArgumentTypeError(
-            f"--dpi takes a whole number of dots per inch from 1 to {MAX_DPI} (e.g. 120 for the screen, 300 for "
-            f"print), got {value!r}"
-        )
-    return number
+# The argparse type of ``--dpi``: dots per inch from 1 to MAX_DPI, checked before any work (matplotlib only
+# refuses 0 after the forward pass, and a huge one runs out of memory).
+parse_dpi = whole_number(
+    1,
+    MAX_DPI,
+    says=f"--dpi takes a whole number of dots per inch from 1 to {MAX_DPI} (e.g. 120 for the screen, 300 for print)",
+)
 
 
 def check_figure_path(path: str, option: str = "--out", inputs: Iterable[str | os.PathLike] = ()) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..costs import TOLERANCE, flops, parse_size
 from ..registry import resolve_name
+from .argtypes import whole_number
 
 __all__ = ["DEFAULT_SWEEP", "cmd_flops", "plot_sweep", "register", "render", "render_sweep", "sweep"]
 
@@ -60,27 +61,13 @@ def _sizes(value: str) -> list[tuple[int, int]]:
         ) from None
 
 
-def _window(value: str) -> int:
-    try:
-        window = int(value)
-    except ValueError:
-        window = 0
-    if window < 1:
-        raise argparse.ArgumentTypeError(f"--window must be a positive integer (e.g. 7 or 12), got {value!r}")
-    return window
-
-
-def _repeats(value: str) -> int:
-    try:
-        repeats = int(value)
-    except ValueError:
-        repeats = 0
-    if repeats < 1:
-        raise argparse.ArgumentTypeError(
-            f"--measure-time takes an optional number of timed forwards (e.g. 5), got {value!r}; "
-            "put the model name first: swin flops swin_t --measure-time"
-        )
-    return repeats
+# --window: the window of the model counted; --measure-time: how many forwards are timed
+_window = whole_number(1, says="--window must be a positive integer (e.g. 7 or 12)")
+_repeats = whole_number(
+    1,
+    says="--measure-time takes an optional number of timed forwards (e.g. 5)",
+    then="; put the model name first: swin flops swin_t --measure-time",
+)
 
 
 def _hw(size: Sequence[int]) -> str:

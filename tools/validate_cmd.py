@@ -21,6 +21,7 @@ from ..factory import create_model
 from ..registry import resolve_name
 from ..weights import UnsafeCheckpointError, create_transform, data_config, get_entry, load_checkpoint
 from ..weights.user_weights import preprocessing_for
+from .argtypes import whole_number
 from .predict_cmd import check_window
 
 __all__ = [
@@ -311,25 +312,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _count(value: str, least: int) -> int:
-    """An argparse type: a whole number of at least ``least`` (argparse names the option)."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = least - 1
-    if number < least:
-        raise argparse.ArgumentTypeError(f"takes a whole number of at least {least}, got {value!r}")
-    return number
-
-
-def _positive(value: str) -> int:
-    return _count(value, 1)
-
-
-def _non_negative(value: str) -> int:
-    return _count(value, 0)
-
-
 def register(sub) -> None:
     p = sub.add_parser(
         "validate",
@@ -348,10 +330,12 @@ def register(sub) -> None:
         "preprocessing from TAG if given, else that of the architecture's weights published in the file's layout "
         "(torchvision's transforms for a torchvision file, the default tag's otherwise; --checkpoint: the old name)",
     )
-    p.add_argument("--batch-size", type=_positive, default=64, metavar="N", help="images per forward pass (default 64)")
+    p.add_argument(
+        "--batch-size", type=whole_number(1), default=64, metavar="N", help="images per forward pass (default 64)"
+    )
     p.add_argument(
         "--workers",
-        type=_non_negative,
+        type=whole_number(0),
         default=min(8, os.cpu_count() or 1),
         metavar="N",
         help="data loading processes (0: load in the main process)",
