@@ -1,4 +1,5 @@
-"""Shared helpers: reference models from timm / torchvision with the same random weights as ours."""
+"""Shared helpers: reference models from timm / torchvision with the same random weights as ours; and isolation:
+no test reads or writes the user's caches or configuration, nor inherits their network settings."""
 
 from __future__ import annotations
 
@@ -6,12 +7,58 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
-import pytest
-import torch
+# Before anything imports matplotlib or writes hypothesis's storage: a private directory per test process (each
+# xdist worker makes its own, replacing the one its environment inherited from the controller) for
+# matplotlib's configuration and font cache (else ~/.config/matplotlib and ~/.cache/matplotlib) and for
+# hypothesis's storage (else .hypothesis/ in the checkout). Removed when the process ends (pytest_unconfigure).
+_CREATED: list[str] = []  # temporary directories this process made, removed by this process at the end
 
-import swin
-from swin.weights import convert
+
+def _make_dir(prefix: str) -> str:
+    path = tempfile.mkdtemp(prefix=prefix)
+    _CREATED.append(path)
+    return path
+
+
+def _remove_created() -> None:
+    while _CREATED:
+        shutil.rmtree(_CREATED.pop(), ignore_errors=True)
+
+
+atexit.register(_remove_created)  # in case pytest_unconfigure never runs (an interrupted start-up)
+
+_PROCESS_DIR = _make_dir("swin-tests-process-")
+os.environ["MPLCONFIGDIR"] = os.path.join(_PROCESS_DIR, "matplotlib")
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = os.path.join(_PROCESS_DIR, "hypothesis")
+
+# The fused attention kernel (swin.layers.window_kernel) builds into torch's extension cache on first use: here
+# a temporary one, never the user's. The first process to load this file makes it: under pytest-xdist that is
+# the controller, before it starts the workers, so every worker inherits it and they share one cache (the
+# kernel is built about once, and concurrent builds are safe: the loader renames finished builds into place).
+# The process that made it removes it when it ends, after its workers.
+if "TORCH_EXTENSIONS_DIR" not in os.environ:
+    os.environ["TORCH_EXTENSIONS_DIR"] = _make_dir("swin-tests-extensions-")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import swin  # noqa: E402
+from swin.weights import convert  # noqa: E402
+
+try:
+    from hypothesis import settings
+except ImportError:  # a test extra: the files that use it say so when they are collected
+    pass
+else:  # the same examples on every run: no random seed, no example database replaying earlier failures
+    settings.register_profile("swin-tests", derandomize=True, database=None)
+    settings.load_profile("swin-tests")
+
+
+def pytest_unconfigure(config):
+    _remove_created()
+
 
 # Under pytest-xdist (the README's test command runs one worker per core) each worker gets its share of the
 # cores, so that workers do not oversubscribe the machine with torch's intra-op threads.
@@ -19,11 +66,54 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
-# The fused attention kernel (swin.layers.window_kernel) builds into torch's extension cache on first use: here
-# a private one per test process (about 2 s to build), removed at exit, never the user's.
-if "TORCH_EXTENSIONS_DIR" not in os.environ:
-    os.environ["TORCH_EXTENSIONS_DIR"] = tempfile.mkdtemp(prefix="swin-tests-extensions-")
-    atexit.register(shutil.rmtree, os.environ["TORCH_EXTENSIONS_DIR"], ignore_errors=True)
+# Settings that would send a test elsewhere than its own caches and the loopback address, or offline.
+NETWORK_ENV = (
+    "SWIN_OFFLINE",
+    "SWIN_DOWNLOAD_TIMEOUT",
+    "SWIN_MAX_DOWNLOAD_BYTES",
+    "HF_HUB_OFFLINE",
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+)
+
+
+def isolate_caches(monkeypatch, root) -> Path:
+    """Empty caches under ``root`` (``SWIN_HOME``, ``HF_HOME``, ``HF_HUB_CACHE``) and no offline / mirror / token
+    / proxy / limit settings from outside; returns the ``SWIN_HOME``. A test may still set its own."""
+    for name in NETWORK_ENV:
+        monkeypatch.delenv(name, raising=False)
+    home = Path(root) / "swin_home"
+    monkeypatch.setenv("SWIN_HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(Path(root) / "hf_home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(Path(root) / "hf_hub"))
+    return home
+
+
+@pytest.fixture(autouse=True)
+def swin_home(tmp_path_factory, monkeypatch):
+    """Every test gets caches of its own (:func:`isolate_caches`), outside its tmp_path, which some tests list;
+    tests/weights/conftest.py puts them in tmp_path."""
+    return isolate_caches(monkeypatch, tmp_path_factory.mktemp("caches"))
+
+
+@pytest.fixture(autouse=True)
+def no_hub_registry_fetch(monkeypatch):
+    """huggingface_hub 2.x fetches an "agent harness" registry from its import-time endpoint (huggingface.co)
+    the first time it builds request headers; tests contact loopback only, so it gets an empty registry."""
+    try:
+        from huggingface_hub.utils import _detect_agent
+    except ImportError:
+        return
+    if hasattr(_detect_agent, "_registry") and hasattr(_detect_agent, "_EMPTY_REGISTRY"):
+        monkeypatch.setattr(_detect_agent, "_registry", _detect_agent._EMPTY_REGISTRY)
+
 
 # Our registered name -> timm's name (timm is an independent implementation of the same architectures).
 TIMM_NAMES = {name: swin.get_config(name).aliases[0] for name in swin.list_models()}

@@ -67,10 +67,14 @@ def test_runs_under_torchrun_with_two_ranks(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    # torchrun's logs (else a /tmp/torchelastic_* directory left behind) and any other temporary file of the
+    # launcher and its ranks: under tmp_path
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch)}
     command = [
         *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
-        *("--master-addr", "127.0.0.1", "--master-port", str(port)),
+        *("--master-addr", "127.0.0.1", "--master-port", str(port), "--log-dir", str(tmp_path / "torchrun-logs")),
         *(str(SCRIPT), *ARGS, "--steps", "3", "--batch-size", "4", "--amp", "off", "--output", str(tmp_path)),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -78,6 +82,7 @@ def test_runs_under_torchrun_with_two_ranks(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["steps"] == 3
     assert all(torch.isfinite(torch.tensor(metrics["losses"])))
+    assert (tmp_path / "torchrun-logs").is_dir()  # the launcher took the log directory given
 
 
 # -- --data checked before a model is built ---------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Logits equal the independent implementations (timm, torchvision) given the same weights.
 
-Against timm, the S/B/L models run with two blocks per stage (every stage, width, window and head kept) unless
-SWIN_FULL_PARITY=1 asks for the full depths; against torchvision at full depth."""
+The S/B/L models run with two blocks per stage (every stage, width, window and head kept) unless
+SWIN_FULL_PARITY=1 asks for the full depths."""
 
 from __future__ import annotations
 
@@ -27,11 +27,26 @@ def test_matches_timm_at_native_size(name):  # Swin V2: tests/test_parity_v2.py
 
 
 @pytest.mark.parametrize("name", ["swin_t", "swin_s", "swin_b"])
-def test_matches_torchvision(name):
+def test_matches_torchvision(name, monkeypatch):
+    """torchvision's own builder (its embed dim, heads, window, patch size): at full depth for swin_t, with two
+    blocks per stage for swin_s and swin_b unless SWIN_FULL_PARITY=1 (their stage 3 repeats one block 18 times:
+    its depth is compared as configuration)."""
     torchvision = pytest.importorskip("torchvision")
+    from torchvision.models import swin_transformer
+
+    built, depths = [], parity_depths(name).get("depths")
+    real = swin_transformer.SwinTransformer
+
+    def shortened(**arguments):  # the builder's class, with the depths overridden when asked
+        built.append(arguments)
+        return real(**{**arguments, **({} if depths is None else {"depths": list(depths)})})
+
+    monkeypatch.setattr(swin_transformer, "SwinTransformer", shortened)
     torch.manual_seed(0)
-    reference = getattr(torchvision.models, name)().eval()  # full depth: torchvision's builders fix it
-    ours = swin.create_model(name).eval()
+    reference = getattr(torchvision.models, name)().eval()
+    (arguments,) = built
+    assert swin.get_config(name).depths == tuple(arguments["depths"])
+    ours = swin.create_model(name, **parity_depths(name)).eval()
     ours.load_state_dict(convert(reference.state_dict(), source="torchvision"))
     x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

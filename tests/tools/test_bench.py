@@ -81,7 +81,37 @@ def test_backbone_case_feeds_torchvision_the_same_weights():
     assert (ours - expected).abs().max().item() <= 1e-4
 
 
-def test_run_case_reports_a_median_per_implementation():
+@pytest.fixture
+def narrow_swin_t(monkeypatch):
+    """swin_t in all three implementations built with one block per stage at a quarter of the width; the bench's
+    own code still builds them, moves the weights between them and runs them: a case costs milliseconds
+    instead of seconds."""
+    import timm
+    import torchvision
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    import swin
+
+    shape = {"embed_dim": 24, "depths": (1, 1, 1, 1), "num_heads": (1, 2, 4, 8)}
+    create_ours, create_timm = swin.create_model, timm.create_model
+    monkeypatch.setattr(swin, "create_model", lambda name, **kwargs: create_ours(name, **shape, **kwargs))
+    monkeypatch.setattr(timm, "create_model", lambda name, **kwargs: create_timm(name, **shape, **kwargs))
+
+    def torchvision_model(name):
+        assert name == "swin_t"
+        return SwinTransformer(
+            patch_size=[4, 4],
+            embed_dim=shape["embed_dim"],
+            depths=list(shape["depths"]),
+            num_heads=list(shape["num_heads"]),
+            window_size=[7, 7],
+            stochastic_depth_prob=0.2,  # torchvision's swin_t's: the bench turns it off
+        )
+
+    monkeypatch.setattr(torchvision.models, "get_model", torchvision_model)
+
+
+def test_run_case_reports_a_median_per_implementation(narrow_swin_t):
     case = bench.Case("swin_t train", "swin_t", 1, (224, 224), kind="train")
     result = bench.run_case(case, rounds=1, warmup=0)
     assert set(result.times) == {"ours", "timm", "timm-fused", "torchvision"}

@@ -4,6 +4,7 @@ cost, user YAML models for every command, `python -m swin`, `--version`, one `--
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -52,12 +53,29 @@ def test_no_match_is_exit_1_with_a_message(capsys):
     assert captured.out == "" and "no model matches 'resnet*'" in captured.err
 
 
+ROW = re.compile(r"(?P<model>\S+) +(?P<input>\d+x\d+) +(?P<window>\d+) +(?P<params>[\d.]+M) +(?P<timm>\S.*)")
+
+
 def test_columns_are_aligned(capsys):
+    """Every row's cells line up with the header's: the text columns (model, input, timm name) start where their
+    heading starts, the number columns (window, params) end where theirs ends, for the long V2 names and the
+    short V1 names alike."""
     assert main(["list"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    starts = {line.index(" 224x224") if " 224x224" in line else None for line in lines[1:]} - {None}
-    assert len(starts) == 1  # long V2 names and short V1 names share one input column
-    assert len({line.index("timm name") for line in lines[:1]} | {len(lines[0].split("timm name")[0])}) == 1
+    header, *lines = capsys.readouterr().out.splitlines()
+    rows = [ROW.fullmatch(line) for line in lines]
+    assert all(rows), lines
+    v1 = [row for row in rows if not row["model"].startswith("swinv2_")]
+    v2 = [row for row in rows if row["model"].startswith("swinv2_")]
+    assert v1 and v2 and max(len(r["model"]) for r in v1) < max(len(r["model"]) for r in v2)
+    starts = {"model": 0, "input": header.index("input"), "timm": header.index("timm name")}
+    ends = {name: header.index(name) + len(name) for name in ("window", "params")}
+    for group in (v1, v2):
+        assert {column: {row.start(column) for row in group} for column in starts} == {
+            column: {start} for column, start in starts.items()
+        }
+        assert {column: {row.end(column) for row in group} for column in ends} == {
+            column: {end} for column, end in ends.items()
+        }
 
 
 def test_info_shows_tags_accuracy_params_and_gmacs(capsys):

@@ -87,20 +87,6 @@ def test_torchvision_file_gets_torchvision_preprocessing(files, capsys):
     check(result["top"], expected_top(tv_model, transform, folder / "image.png"))
 
 
-def test_bad_image_paths_are_one_line_errors(files, capsys, tmp_path):
-    folder = files[0]
-    not_an_image = tmp_path / "notes.png"
-    not_an_image.write_text("not pixels")
-    weights = folder / "finetuned_10_classes.pth"
-    for image, expected in [
-        (tmp_path / "missing.png", "no such image file"),
-        (tmp_path, "is a directory"),
-        (not_an_image, "not an image"),
-    ]:
-        status, out, err = predict(capsys, image, "--model", "swin_t", "--weights", weights)
-        assert status == 1 and expected in err and len(err.strip().splitlines()) == 1 and out == "", err
-
-
 def test_bad_weights_are_one_line_errors(files, capsys, tmp_path):
     folder, timm_model, _ = files
     image = folder / "image.png"
