@@ -7,7 +7,9 @@
   summed over RGB for 1 channel, otherwise repeated and scaled by 3 / in_chans.
 - A classifier of another size, and keys the model lacks (a detector's neck, the final norm of a
   classifier loaded into a backbone), are dropped; keys the model has but the checkpoint lacks keep their
-  initial values. Both are reported in one warning.
+  initial values. Both are reported in one warning. Where the head must fit (``create_model``'s
+  ``checkpoint_path=``, strict as timm's ``load_checkpoint``), a classifier that is not the model's (another
+  size, or one of the two without one) is an error instead: a fine-tuned head must not be silently replaced.
 - Stages a backbone does not build (``out_indices`` ending early) are dropped in the same way.
 - Anything else that does not fit (another depth, width or head count) is an error naming the keys.
 """
@@ -117,18 +119,65 @@ def common_prefix_hint(keys: list[str], own: set[str]) -> str:
     )
 
 
+def _head_misfit(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor], origin: str) -> str | None:
+    """Why the checkpoint's classifier is not the model's, with what to do, or None when it is (both
+    without one included)."""
+    theirs = {key: tuple(value.shape) for key, value in state_dict.items() if key.startswith("head.")}
+    ours = {key: tuple(value.shape) for key, value in own.items() if key.startswith("head.")}
+    if theirs == ours:
+        return None
+    new_head = "or load the file with pretrained= instead of checkpoint_path= to get a new head"
+    weight, model_weight = theirs.get("head.weight"), ours.get("head.weight")
+    if weight is not None and not ours:
+        return (
+            f"{origin}: the checkpoint's classifier has {weight[0]} classes and the model no classifier "
+            f"(num_classes=0); pass num_classes={weight[0]} to load it, or load the file with pretrained= instead "
+            "of checkpoint_path= to leave it out"
+        )
+    if model_weight is not None and not theirs:
+        return (
+            f"{origin}: the checkpoint has no classifier (saved with num_classes=0) and the model one of "
+            f"{model_weight[0]} classes, which would keep its untrained initial values; pass num_classes=0 for a "
+            f"model without a head, {new_head} of {model_weight[0]} classes"
+        )
+    if weight is not None and model_weight is not None and weight[0] != model_weight[0]:
+        return (
+            f"{origin}: the checkpoint's classifier has {weight[0]} classes and the model's {model_weight[0]}; "
+            f"pass num_classes={weight[0]} to load it, {new_head} of {model_weight[0]} classes"
+        )
+    if weight is not None and model_weight is not None and weight[1:] != model_weight[1:]:
+        return (
+            f"{origin}: the checkpoint's classifier takes {weight[1]} features and the model's {model_weight[1]} "
+            "(global_pool='catavgmax' takes twice the others'); pass the global_pool it was trained with to load it, "
+            f"{new_head} for this global_pool"
+        )
+    differ = sorted(
+        f"{key}: checkpoint {theirs.get(key, 'absent')} vs model {ours.get(key, 'absent')}"
+        for key in set(theirs) | set(ours)
+        if theirs.get(key) != ours.get(key)
+    )
+    return f"{origin}: the checkpoint's classifier is not the model's ({'; '.join(differ)}); {new_head}"
+
+
 def fit_state_dict(
-    state_dict: dict[str, torch.Tensor], model: nn.Module, origin: str = "the checkpoint"
+    state_dict: dict[str, torch.Tensor],
+    model: nn.Module,
+    origin: str = "the checkpoint",
+    head_must_fit: bool = False,
 ) -> dict[str, torch.Tensor]:
     """The part of ``state_dict`` (our layout) that ``model`` can load, adapted to its shapes.
 
     Resizes bias tables to the model's windows and the patch embedding to its input channels; drops a
     classifier of another size and keys the model lacks; warns (``UserWarning``) listing what was dropped
     and what the model keeps at its initial values. ``origin`` names the checkpoint in messages.
+    ``head_must_fit``: the checkpoint's classifier must be the model's, loaded whole (``create_model``'s
+    ``checkpoint_path=``, where a fine-tuned head that does not load is an error, as in timm).
 
     Raises:
         ValueError: keys of the trunk missing, surplus or of another shape (another architecture); the
-            message lists them with both shapes.
+            message lists them with both shapes. With ``head_must_fit``, a classifier of another size or
+            input width, or one of the checkpoint and the model without one; the message names both heads
+            and what to pass.
     """
     own = model.state_dict()
     fitted: dict[str, torch.Tensor] = {}
@@ -182,6 +231,9 @@ def fit_state_dict(
             + extra
             + (hint or " Is it a checkpoint of another architecture (depths, embed_dim, num_heads, patch_size)?")
         )
+    misfit = _head_misfit(state_dict, own, origin) if head_must_fit else None
+    if misfit is not None:
+        raise ValueError(misfit)
     if dropped or missing:
         parts = [f"loading {origin}:"]
         if dropped:

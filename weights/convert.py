@@ -12,7 +12,13 @@ from .layouts import DETECTION_ORDER, LAYOUTS, Layout
 
 __all__ = ["Unwrapped", "convert", "export", "detect_layout", "unwrap"]
 
-_WRAPPERS = ("model", "state_dict", "model_state", "module", "model_ema")
+# Keys a checkpoint keeps its state dict under, the first one present winning. The moving average (EMA) of
+# the weights comes before the weights themselves, as timm's ``load_state_dict(use_ema=True)``, its default,
+# reads them: state_dict_ema, model_ema, state_dict, model. A timm training checkpoint holds both state_dict
+# and state_dict_ema, and timm evaluates and publishes the EMA. model_state and module are other
+# training scripts' names, tried last.
+_WRAPPERS = ("state_dict_ema", "model_ema", "state_dict", "model", "model_state", "module")
+_EMA_WRAPPERS = ("state_dict_ema", "model_ema")
 # Prefixes that wrap a whole state dict: DDP's module., torch.compile's _orig_mod., a model/backbone attribute.
 _PREFIXES = ("module.", "_orig_mod.", "model.", "backbone.")
 # How deep a checkpoint may nest its state dict ({"model": {"state_dict": ...}}) before it is refused.
@@ -56,8 +62,12 @@ def _strip_backbone(tensors: dict[str, torch.Tensor]) -> Unwrapped:
     return Unwrapped(tensors)
 
 
-def unwrap(checkpoint: Mapping) -> Unwrapped:
+def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
     """The tensor mapping inside a checkpoint: ``{"model": sd}``, ``{"state_dict": sd}``, ``module.`` ...
+
+    A training checkpoint that also holds the weights' moving average gives that (``state_dict_ema``, then
+    ``model_ema``, before ``state_dict`` and ``model``), as ``timm.models.load_checkpoint`` loads it by default;
+    ``use_ema=False`` gives the trained weights instead (timm's ``use_ema=False``).
 
     A detector checkpoint (mmdetection's two-stage and DETR-style detectors, the official detection code)
     keeps the trunk under ``backbone.`` beside its neck, heads or detection transformer: the prefix is
@@ -67,23 +77,28 @@ def unwrap(checkpoint: Mapping) -> Unwrapped:
     if isinstance(checkpoint, Unwrapped):
         return checkpoint
     sd = checkpoint
+    wrappers = _WRAPPERS if use_ema else tuple(k for k in _WRAPPERS if k not in _EMA_WRAPPERS)
     seen: set[int] = set()
     while isinstance(sd, Mapping) and not any(isinstance(v, torch.Tensor) for v in sd.values()):
-        inner = next((sd[k] for k in _WRAPPERS if isinstance(sd.get(k), Mapping)), None)
+        inner = next((sd[k] for k in wrappers if isinstance(sd.get(k), Mapping)), None)
         if inner is None:
             break
         seen.add(id(sd))
         if id(inner) in seen or len(seen) > _MAX_NESTING:
             raise ValueError(
                 f"the checkpoint nests its state dict in a cycle or more than {_MAX_NESTING} levels deep "
-                f"(under {', '.join(_WRAPPERS)}); it is not a checkpoint this package can read"
+                f"(under {', '.join(wrappers)}); it is not a checkpoint this package can read"
             )
         sd = inner
     if not isinstance(sd, Mapping):
         raise TypeError(f"expected a state dict (a mapping of names to tensors), got {type(sd).__name__}")
     tensors = {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
     if not tensors:
-        raise ValueError(f"no tensors found in the checkpoint; its top-level keys are {sorted(map(str, sd))[:10]}")
+        ema_only = not use_ema and any(isinstance(sd.get(k), Mapping) for k in _EMA_WRAPPERS)
+        advice = "; it holds only EMA weights (state_dict_ema / model_ema): pass use_ema=True" if ema_only else ""
+        raise ValueError(
+            f"no tensors found in the checkpoint; its top-level keys are {sorted(map(str, sd))[:10]}{advice}"
+        )
     for prefix in _PREFIXES:
         if all(isinstance(k, str) and k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
@@ -130,9 +145,9 @@ def convert(state_dict: Mapping, source: str = "auto") -> dict[str, torch.Tensor
 
     ``source`` is one of "official", "timm", "torchvision", "transformers" (Swin and Swin V2, 4.x and 5.x
     key names), "mmdet" (mmdetection / mmsegmentation) or "auto". Wrappers (``model``, ``state_dict``,
-    ``module.``, ``backbone.``) are unwrapped and derived buffers (``relative_position_index``, ``attn_mask``)
-    dropped. Keys that are not part of a Swin trunk (a detector's neck, heads or detection transformer,
-    per-level ``norm0..3``) pass through.
+    ``module.``, ``backbone.``; a training checkpoint's EMA weights first, see :func:`unwrap`) are unwrapped
+    and derived buffers (``relative_position_index``, ``attn_mask``) dropped. Keys that are not part of a Swin
+    trunk (a detector's neck, heads or detection transformer, per-level ``norm0..3``) pass through.
     """
     sd = unwrap(state_dict)
     out = _convert(sd, _layout(detect_layout(sd) if source == "auto" else source))

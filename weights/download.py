@@ -14,7 +14,11 @@ server that drips a byte at a time, and a size cap (``max_bytes=`` or ``$SWIN_MA
 Credentials: redirects are followed here, hop by hop, not by urllib (which resends every header to any
 host). The caller's headers and the URL's ``user:password@`` go only to the URL's own origin (scheme, host
 and port); an https -> http redirect is refused unless the download started on http; and every message
-shows URLs through :func:`redact` (``https://user:***@host/...``).
+shows URLs through :func:`redact` (``https://***@host/...``).
+
+Where the download lands is the caller's: a directory that cannot be made, or a local write that fails
+(a full disk, a used-up quota, a file-size limit), is a :class:`DestinationError`, never a bad source, so
+that a caller trying several sources stops at once instead of downloading each in turn.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ MAX_REDIRECTS = 10
 _CHUNK = 1 << 20
 _PART_SUFFIX = ".part"
 _NAME_IN_PART = 40  # characters of the file name kept in its .part name: long names still fit the file system
+_OPEN_TRIES = 5  # attempts to create a directory and a temporary file in it while others remove it again
 _REDIRECT_CODES = {301, 302, 303, 307, 308}
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Query (or fragment) keys whose values are credentials in signed or tokenised URLs; their values are hidden.
@@ -77,8 +82,9 @@ class DownloadError(OSError):
 
 
 class DestinationError(DownloadError):
-    """The destination directory cannot be created or written (a file in the way, no permission, a name too
-    long for the file system); ``cause`` is the underlying OSError. Nothing was downloaded."""
+    """The destination cannot be written: its directory cannot be created (a file in the way, no permission,
+    a name too long for the file system), or writing the file failed (a full disk, a used-up quota, a
+    file-size limit). ``cause`` is the underlying OSError. Nothing was kept at the destination."""
 
     def __init__(self, message: str, dest: Path, cause: OSError) -> None:
         super().__init__(message)
@@ -95,17 +101,16 @@ def _redact_pairs(text: str) -> str:
 
 
 def redact(url: str) -> str:
-    """``url`` fit for a message or a log: the password of ``user:password@`` and the values of token- or
-    signature-like query parameters replaced by ``***`` (a bare ``token@`` userinfo is hidden whole)."""
+    """``url`` fit for a message or a log: the whole ``user:password@`` and the values of token- or
+    signature-like query parameters replaced by ``***``. The user name goes too: GitHub's documented form
+    puts the token there (``https://TOKEN:x-oauth-basic@github.com/...``)."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return "<an unparsable URL>"
     netloc = parts.netloc
     if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user, sep, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if sep else f"***@{host}"
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
     hidden = parts._replace(netloc=netloc, query=_redact_pairs(parts.query), fragment=_redact_pairs(parts.fragment))
     return hidden.geturl()
 
@@ -223,6 +228,11 @@ def part_name_prefix(name: str) -> str:
     return f".{name[:_NAME_IN_PART]}."
 
 
+def _unwritable(shown: str, dest: Path, error: OSError) -> DestinationError:
+    reason = f"{error.strerror or error}: {error.filename}" if error.filename else str(error.strerror or error)
+    return DestinationError(f"{shown}: cannot write {dest} ({reason})", dest, error)
+
+
 def _remove_empty(directories: list[Path]) -> None:
     for directory in directories:  # deepest first
         try:
@@ -239,18 +249,35 @@ def _name_max(directory: Path) -> int:
 
 
 def _open_part(dest: Path, shown: str) -> tuple[list[Path], int, str]:
-    """Create ``dest``'s directory and a temporary file in it; return (directories created, fd, temp path)."""
-    created = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if len(os.fsencode(dest.name)) > _name_max(dest.parent):  # found now, not after the whole transfer
-            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), os.fspath(dest))
-        fd, tmp = tempfile.mkstemp(prefix=part_name_prefix(dest.name), suffix=_PART_SUFFIX, dir=dest.parent)
-    except OSError as error:
-        _remove_empty(created)
-        reason = f"{error.strerror or error}: {error.filename}" if error.filename else str(error.strerror or error)
-        raise DestinationError(f"{shown}: cannot write {dest} ({reason})", dest, error) from None
-    return created, fd, tmp
+    """Create ``dest``'s directory and a temporary file in it; return (directories created, fd, temp path).
+
+    Another process filling the same cache entry (every rank of a distributed job) removes the directories
+    it made when its probe or its download ends, possibly while our ``mkdir`` runs or before our
+    ``mkstemp``: both are tried again, the directory made anew (once our file is in it, nobody's cleanup can
+    remove it).
+    """
+    created: set[Path] = set()
+    for attempt in range(1, _OPEN_TRIES + 1):
+        created |= {p for p in (dest.parent, *dest.parent.parents) if not p.exists()}
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if len(os.fsencode(dest.name)) > _name_max(dest.parent):  # found now, not after the whole transfer
+                raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), os.fspath(dest))
+            fd, tmp = tempfile.mkstemp(prefix=part_name_prefix(dest.name), suffix=_PART_SUFFIX, dir=dest.parent)
+            break
+        except OSError as error:
+            # the directory vanished under us: made by another, found by mkdir, gone before mkdir saw it
+            # was one (FileExistsError), or gone before mkstemp (FileNotFoundError); a file in the way
+            # fails the same way every time, and is reported after the last try
+            if isinstance(error, (FileNotFoundError, FileExistsError)) and attempt < _OPEN_TRIES:
+                continue
+            _remove_empty(_deepest_first(created))
+            raise _unwritable(shown, dest, error) from None
+    return _deepest_first(created), fd, tmp
+
+
+def _deepest_first(directories: set[Path]) -> list[Path]:
+    return sorted(directories, key=lambda p: len(p.parts), reverse=True)
 
 
 def probe_destination(dest: Path, shown: str) -> None:
@@ -390,8 +417,9 @@ def _progress(done: int, total: int | None, name: str) -> None:
     sys.stderr.flush()
 
 
-def _transfer(url, shown, out, headers, *, timeout, max_bytes, read_timeout, progress, name) -> tuple[str, int]:
-    """Write the body of ``url`` to ``out``; return (sha256 hex, bytes). Every failure is a DownloadError."""
+def _transfer(url, shown, out, dest, headers, *, timeout, max_bytes, read_timeout, progress) -> tuple[str, int]:
+    """Write the body of ``url`` to ``out`` (the temporary file of ``dest``); return (sha256 hex, bytes).
+    Every failure is a DownloadError: a DestinationError when writing ``out`` failed."""
     digest = hashlib.sha256()
     received = 0
     expected = None
@@ -399,18 +427,22 @@ def _transfer(url, shown, out, headers, *, timeout, max_bytes, read_timeout, pro
     limit = f"the limit of {max_bytes} bytes (SWIN_MAX_DOWNLOAD_BYTES or max_bytes=)"
     try:
         with _open(url, shown, headers, watch, read_timeout) as response:
-            length = response.headers.get("Content-Length")
-            expected = int(length) if length and length.strip().isdigit() else None
+            length = (response.headers.get("Content-Length") or "").strip()
+            # ASCII digits only: str.isdigit() accepts "²", which int() refuses; anything else is no length
+            expected = int(length) if re.fullmatch(r"[0-9]+", length) else None
             if expected is not None and expected > max_bytes:
                 raise DownloadError(f"{shown}: the server announces {expected} bytes, more than {limit}")
             while chunk := response.read1(_CHUNK):
                 received += len(chunk)
                 if received > max_bytes:
                     raise DownloadError(f"{shown}: stopped after more than {limit}; the body did not end")
-                out.write(chunk)
+                try:
+                    out.write(chunk)
+                except OSError as error:  # a full disk, a quota, a file-size limit: no source would do better
+                    raise _unwritable(shown, dest, error) from None
                 digest.update(chunk)
                 if progress:
-                    _progress(received, expected, name)
+                    _progress(received, expected, dest.name)
                 if watch.remaining() <= 0:
                     break
         if watch.fired or watch.remaining() <= 0:
@@ -470,7 +502,8 @@ def download(
         read_timeout: seconds without a byte before the connection counts as dead.
 
     Raises:
-        DestinationError: ``dest``'s directory cannot be created or written (nothing was downloaded).
+        DestinationError: ``dest``'s directory cannot be created or written (then nothing was downloaded),
+            or writing the file there failed (a full disk, a quota, a file-size limit).
         DownloadError: HTTP error, network error, refused redirect, deadline, cap, cut-off transfer, wrong
             size or digest; ``check``'s own exception propagates. In every case the temporary file is gone,
             ``dest`` untouched, and directories this call created removed.
@@ -484,18 +517,23 @@ def download(
     sweep_stale_parts(dest.parent, keep=tmp)
     done = False
     try:
-        with os.fdopen(fd, "wb") as out:
-            hexdigest, received = _transfer(
-                url,
-                shown,
-                out,
-                headers,
-                timeout=timeout,
-                max_bytes=max_bytes,
-                read_timeout=read_timeout,
-                progress=progress,
-                name=dest.name,
-            )
+        try:
+            with os.fdopen(fd, "wb") as out:
+                hexdigest, received = _transfer(
+                    url,
+                    shown,
+                    out,
+                    dest,
+                    headers,
+                    timeout=timeout,
+                    max_bytes=max_bytes,
+                    read_timeout=read_timeout,
+                    progress=progress,
+                )
+        except DownloadError:
+            raise
+        except OSError as error:  # from close: the last buffered bytes meet the full disk there
+            raise _unwritable(shown, dest, error) from None
         if size is not None and received != size:
             raise DownloadError(f"{shown}: received {received} bytes, the manifest expects {size}")
         check_digest(shown, hexdigest, sha256=sha256, sha256_prefix=sha256_prefix)
@@ -504,7 +542,7 @@ def download(
         try:
             os.replace(tmp, dest)
         except OSError as error:
-            raise DestinationError(f"{shown}: cannot write {dest} ({error.strerror or error})", dest, error) from None
+            raise _unwritable(shown, dest, error) from None
         done = True
         return dest
     finally:

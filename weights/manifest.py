@@ -140,8 +140,23 @@ class PretrainedEntry:
         return storage.entry_path(self.name, source.basename)
 
     def cached_file(self) -> os.PathLike | None:
-        """The first source's file present in the cache, if any."""
-        return next((p for p in map(self.cache_path, self.sources) if os.path.isfile(p)), None)
+        """The first source's file in the cache that matches that source's pins (size, sha256), if any: a file
+        cached for an earlier version of the entry is not served (see ``storage.pin_mismatch``)."""
+        for source in self.sources:
+            path = self.cache_path(source)
+            if os.path.isfile(path) and _pin_mismatch(path, source) is None:
+                return path
+        return None
+
+    def stale_files(self) -> list[str]:
+        """Where :meth:`cached_file` found nothing to serve: each cached file there is, as "PATH does not match
+        the manifest's sha256 (...)", so that a message can say which file to remove."""
+        stale: dict[os.PathLike, str] = {}
+        for source in self.sources:
+            path = self.cache_path(source)
+            if path not in stale and os.path.isfile(path):
+                stale[path] = f"{path} does not match the manifest's {_pin_mismatch(path, source)}"
+        return list(stale.values())
 
     def data_config(self) -> dict[str, Any]:
         """Evaluation preprocessing, with timm's key names plus ``resize_size`` (the shorter side before crop)."""
@@ -158,6 +173,10 @@ class PretrainedEntry:
             "num_classes": self.num_classes,
             "labels": self.labels,
         }
+
+
+def _pin_mismatch(path: os.PathLike, source: Source) -> str | None:
+    return storage.pin_mismatch(path, sha256=source.sha256, sha256_prefix=source.sha256_prefix, size=source.size)
 
 
 _lock = threading.Lock()
@@ -190,7 +209,13 @@ def _parse(name: str, fields: Any, origin: str) -> PretrainedEntry:
 def _add(entries: dict, origin: str, overwrite: bool) -> list[str]:
     if not isinstance(entries, dict):
         raise ValueError(f"{origin}: expected a mapping of ARCH.TAG -> fields, got {type(entries).__name__}")
-    parsed = [_parse(n, f, origin) for n, f in entries.items() if not str(n).startswith("_")]
+    for name in entries:
+        if not isinstance(name, str):  # YAML reads an unquoted 123: or 1.5: as a number
+            raise ValueError(
+                f"{origin}: entry names are strings ARCH.TAG (e.g. swin_t.ms_in1k), got {name!r} "
+                f"({type(name).__name__}); in YAML, quote a name that reads as a number"
+            )
+    parsed = [_parse(n, f, origin) for n, f in entries.items() if not n.startswith("_")]
     for entry in parsed:
         if entry.name in _entries and not overwrite:
             raise ValueError(f"pretrained entry {entry.name!r} already exists; pass overwrite=True to replace it")
@@ -261,7 +286,7 @@ def get_entry(name: str, tag: str | None = None) -> PretrainedEntry:
     key = f"{arch}.{tag}"
     if key not in _entries:
         close = difflib.get_close_matches(tag, available, n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = f"; did you mean {close[0]!r}?" if close else "."
         raise UnknownPretrainedError(f"no pretrained tag {tag!r} for {arch}{hint} Tags: {', '.join(available)}")
     return _entries[key]
 

@@ -124,10 +124,15 @@ def _hub_accept(source: Source, found: Path, link: Path, model: nn.Module | None
     shown = f"{redact(source.resolve_url())} (in the Hugging Face cache: {found})"
     if source.size is not None and found.stat().st_size != source.size:
         raise DownloadError(f"{shown}: {found.stat().st_size} bytes, the manifest expects {source.size}")
+    digest = None
     if source.sha256 or source.sha256_prefix:
-        check_digest(shown, file_sha256(found), sha256=source.sha256, sha256_prefix=source.sha256_prefix)
+        digest = file_sha256(found)
+        check_digest(shown, digest, sha256=source.sha256, sha256_prefix=source.sha256_prefix)
     _checker(shown, model, name)(found)
-    return storage.link_verified(found, link)
+    linked = storage.link_verified(found, link)
+    if digest is not None and linked == link:  # the next use need not hash it again (never in the hub's cache)
+        storage.record_digest(linked, digest)
+    return linked
 
 
 def fetch(
@@ -138,7 +143,8 @@ def fetch(
     max_bytes: int | None = None,
     model_for: Callable[[PretrainedEntry], nn.Module] | None = None,
 ) -> Path:
-    """The cached file of ``entry``, downloading its sources in order until one passes every check: given
+    """The cached file of ``entry`` (one that matches its source's pins: size, sha256), downloading its sources
+    in order until one passes every check, replacing a cached file that does not match them: given
     ``model_for`` (``swin.factory.entry_model``: the entry's architecture and head, built on the meta device),
     also that its weights load into that model, so that a source serving another architecture's weights is
     skipped and never cached.
@@ -148,9 +154,10 @@ def fetch(
     (see ``download.download``); hub downloads follow ``huggingface_hub``'s own settings.
 
     Raises:
-        WeightsNotFoundError: offline with nothing cached, or every source failed; the message names each
-            source with its error and the exact cache paths where a manually obtained file is picked up.
-        CacheDirError: ``$SWIN_HOME`` cannot be written (a file, read-only, a name too long).
+        WeightsNotFoundError: offline with nothing cached that matches the manifest, or every source failed;
+            the message names each source with its error, a cached file that does not match its pins, and the
+            exact cache paths where a manually obtained file is picked up.
+        CacheDirError: ``$SWIN_HOME`` cannot be written (a file, read-only, a name too long, a full disk).
     """
     cached = entry.cached_file()
     if cached is not None:
@@ -170,12 +177,13 @@ def fetch(
         except (DownloadError, *CHECK_ERRORS) as error:
             failures.append(_failure(redact(source.resolve_url()), error))
             done.add(index)
+    stale = "".join(f"\nThe cached file at {line}; remove it." for line in entry.stale_files())
     if storage.offline():
         sources = "\n".join(f"  {s.describe()}" for s in entry.sources)
         failed = "".join(f"\n{f}" for f in failures)
         raise WeightsNotFoundError(
             f"{entry.name} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE), so its "
-            f"sources were not tried:\n{sources}{failed}\n{_placement(paths)}"
+            f"sources were not tried:\n{sources}{failed}{stale}\n{_placement(paths)}"
         )
     try:  # a $SWIN_HOME that cannot be written is one error before any request (README); a file already in
         # the Hugging Face cache was used above without it (link_verified tolerates an unwritable cache)
@@ -191,7 +199,7 @@ def fetch(
             if source.hf_hub is not None:
                 found = hub.hub_file(source.hf_hub, source.filename, revision=source.revision, progress=progress)
                 return _hub_accept(source, found, path, model, entry.name)
-            return download(
+            downloaded = download(
                 source.url,
                 path,
                 sha256=source.sha256,
@@ -202,12 +210,17 @@ def fetch(
                 timeout=timeout,
                 max_bytes=max_bytes,
             )
+            if source.sha256 is not None:  # verified: not hashed again on use (a prefix pin: on the first use)
+                storage.record_digest(downloaded, source.sha256.lower())
+            return downloaded
         except DestinationError as error:  # the same for every source: say it once, clearly
             raise storage.cache_dir_error(error) from None
         except (DownloadError, *CHECK_ERRORS) as error:
             failures.append(_failure(shown, error))
     raise WeightsNotFoundError(
-        f"could not download {entry.name}; tried every source:\n" + "\n".join(failures) + "\n" + _placement(paths)
+        f"could not download {entry.name}; tried every source:\n"
+        + "\n".join(failures)
+        + f"{stale}\n{_placement(paths)}"
     )
 
 
@@ -242,7 +255,7 @@ def fetch_url(
         ValueError: a malformed pin.
         WeightsNotFoundError: the download failed (or offline and nothing matching is cached).
         CorruptCheckpointError, UnsafeCheckpointError: the file fails its checks; nothing was cached.
-        CacheDirError: ``$SWIN_HOME`` cannot be written.
+        CacheDirError: ``$SWIN_HOME`` cannot be written (read-only, a full disk, ...).
     """
     clean, digest = split_pin(url)
     path = storage.url_path(clean)
@@ -341,10 +354,12 @@ def load_pretrained(
     name: str,
     pretrained: bool | str | os.PathLike | Mapping,
     model_for: Callable[[PretrainedEntry], nn.Module] | None = None,
+    head_must_fit: bool = False,
 ) -> nn.Module:
     """Load weights into ``model`` (built from the registered ``name``); see the module docstring.
     ``model_for``: builds the model a manifest tag's weights are of (:func:`fetch`), which a download must load
-    into before it is cached.
+    into before it is cached. ``head_must_fit``: the checkpoint's classifier must load whole
+    (``create_model``'s ``checkpoint_path=``; see :func:`~.adapt.fit_state_dict`).
 
     The checkpoint's layout is detected from its keys; bias tables are resized to the model's windows,
     the patch embedding adapted to its input channels; a classifier of another size and keys the model
@@ -355,7 +370,8 @@ def load_pretrained(
         UnsafeCheckpointError: a pickle that would run code; nothing from it ran.
         CorruptCheckpointError: a truncated or unreadable file, an incomplete Swin trunk, or NaN or infinity
             in the weights (the message names the tensors).
-        ValueError: a checkpoint of another architecture (the message lists the mismatched keys).
+        ValueError: a checkpoint of another architecture (the message lists the mismatched keys); with
+            ``head_must_fit``, a classifier that is not the model's (the message names both).
     """
     if isinstance(pretrained, Mapping):  # a state dict already in memory
         path, entry, checkpoint = None, None, pretrained
@@ -366,7 +382,8 @@ def load_pretrained(
         origin = f"{entry.name} ({path})" if entry else os.fspath(path)
     state = unwrap(checkpoint)
     converted = convert(state, source="auto")
-    fitted = fit_state_dict(converted, model, origin=origin)  # first: its errors name a prefix in the way
+    # first: its errors name a prefix in the way
+    fitted = fit_state_dict(converted, model, origin=origin, head_must_fit=head_must_fit)
     checks.check_state(converted, origin)  # as a download is checked: a complete trunk, finite weights
     model.load_state_dict(fitted, strict=False)
     info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}

@@ -9,8 +9,9 @@ nothing from them is imported or called. Anything else is refused before a singl
 
 A file can be hostile without running code, too, and every such file is refused the same way, with a
 :class:`CorruptCheckpointError` that names it, before the expensive or dangerous step: a safetensors
-header that does not add up (:mod:`.safetensors_header`), a file or zip that would take more memory than
-``SWIN_MAX_CHECKPOINT_BYTES`` or inflates like a bomb (:mod:`.size_limits`), and pickled objects that
+header that does not add up (:mod:`.safetensors_header`), a file, zip or loaded pickle that would take more
+memory than ``SWIN_MAX_CHECKPOINT_BYTES``, inflates like a bomb or holds a tensor view that repeats its data
+(:mod:`.size_limits`), and pickled objects that
 contain themselves or nest absurdly deep (:mod:`.pickle_shape`), which hang or crash whoever walks them.
 """
 
@@ -234,7 +235,8 @@ def load_file(path: str | os.PathLike) -> dict[str, Any]:
 def _load_safetensors(path: str) -> dict[str, Any]:
     from safetensors.torch import load_file as load_safetensors
 
-    try:
+    try:  # no size_limits.check_tensors: safetensors has no strides, and _check_safetensors made each
+        # tensor's bytes exactly its shape's, side by side, so nothing loads larger than the file
         return load_safetensors(path, device="cpu")
     except Exception as error:  # SafetensorError, or anything else the reader raises on a file it refuses
         raise CorruptCheckpointError(f"{path}: unreadable safetensors file ({_reason(error)})") from None
@@ -265,4 +267,8 @@ def _load_pickle(path: str) -> dict[str, Any]:
         pickle_shape.check_loaded(checkpoint)
     except pickle_shape.BadShape as error:
         raise _bad_shape(path, error) from None
+    try:  # the file's size bounded what was stored, not the views of it that were unpickled
+        size_limits.check_tensors(checkpoint)
+    except size_limits.Refused as error:
+        raise CorruptCheckpointError(f"{path}: {error}") from None
     return checkpoint

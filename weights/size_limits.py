@@ -1,4 +1,4 @@
-"""How large a checkpoint may become in memory, judged before any of it is read.
+"""How large a checkpoint may become in memory, judged from sizes alone, never from a tensor's values.
 
 A checkpoint is downloaded from wherever its manifest points, so its size is whatever the file says. A
 safetensors file or an old-style pickle takes about as much memory as its size on disk, but a
@@ -6,6 +6,14 @@ safetensors file or an old-style pickle takes about as much memory as its size o
 every member uncompressed, so a large member that inflates far beyond its stored size is a decompression
 bomb (or a re-compressed file), never something torch wrote. The zip directory states every member's
 sizes, so this is decided from the directory alone, without inflating anything.
+
+Once a pickle is loaded, its tensors are measured too (:func:`check_tensors`). A tensor is a view of a
+storage, and a view may repeat its data: ``torch.zeros(1).expand(2**30)`` pickles as one stored value and a
+stride of 0, a few kilobytes that pass every bound above, yet the first thing that reads it (``isfinite``, a
+copy, a conversion) needs 4 GiB. ``torch.save`` of a model's weights never writes such a view, so a large one
+is refused, and so are tensors whose sizes add up to more than the bound (views sharing one storage).
+A safetensors file cannot hold either: it has no strides, and its header check already requires each
+tensor's bytes to be exactly its shape's, side by side in the file.
 
 The bound is :data:`MAX_CHECKPOINT_BYTES` (8 GiB: the largest Swin, swin_large 22K in fp32, is about
 0.9 GB, and a training checkpoint with optimizer state about three times that), or the environment
@@ -18,6 +26,9 @@ import os
 import re
 import zipfile
 from collections.abc import Iterable
+from typing import Any
+
+import torch
 
 __all__ = [
     "MAX_CHECKPOINT_BYTES",
@@ -25,8 +36,10 @@ __all__ = [
     "MAX_COMPRESSION_RATIO",
     "byte_setting",
     "RATIO_CHECKED_ABOVE",
+    "REPEATED_VIEW_ALLOWED",
     "Refused",
     "check_size",
+    "check_tensors",
     "check_zip_directory",
     "format_bytes",
     "max_checkpoint_bytes",
@@ -38,6 +51,8 @@ MAX_CHECKPOINT_BYTES_ENV = "SWIN_MAX_CHECKPOINT_BYTES"
 # RATIO_CHECKED_ABOVE, is refused. Tensor data compresses by a few percent; only zeros compress 100x.
 MAX_COMPRESSION_RATIO = 100
 RATIO_CHECKED_ABOVE = 16 * 1024**2
+# A view may repeat its stored data up to this size (a small broadcast buffer); beyond it, it is refused.
+REPEATED_VIEW_ALLOWED = 16 * 1024**2
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE)
@@ -123,3 +138,47 @@ def _check_ratio(member: zipfile.ZipInfo) -> None:
             f"{format_bytes(member.file_size)} (a decompression bomb?). torch.save stores tensors uncompressed; "
             "if this is your own re-compressed checkpoint, re-save it with torch.save"
         )
+
+
+def check_tensors(root: Any) -> None:
+    """Refuse a loaded checkpoint whose tensors would take more memory than their stored data, or than the
+    bound: a view that repeats its data beyond :data:`REPEATED_VIEW_ALLOWED`, or a total beyond
+    :func:`max_checkpoint_bytes`. The message names the tensor by its key path (``model.layers.0.w``).
+
+    Walks dicts, lists, tuples and sets with an explicit stack; ``root`` must have passed
+    ``pickle_shape.check_loaded`` (no cycles, bounded depth and size), which bounds this walk too. Only
+    sizes are read, never a tensor's values.
+    """
+    limit = max_checkpoint_bytes()
+    total = 0
+    pending: list[tuple[str, Any]] = [("", root)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, torch.Tensor):
+            total += _tensor_bytes(where or "(the checkpoint itself)", value)
+        elif isinstance(value, dict):
+            pending.extend((_key_path(where, key), item) for key, item in value.items())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            pending.extend((_key_path(where, index), item) for index, item in enumerate(value))
+    if total > limit:
+        raise _too_large("its tensors hold", total, limit)
+
+
+def _key_path(where: str, key: Any) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _tensor_bytes(where: str, tensor: torch.Tensor) -> int:
+    """The bytes ``tensor`` holds as values; refused if far more than its storage holds from its offset."""
+    logical = tensor.numel() * tensor.element_size()
+    if tensor.layout != torch.strided:  # sparse: no storage of its own; counted at its dense size, which no
+        return logical  # Swin checkpoint holds in sparse form
+    stored = max(tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size(), 0)
+    if logical > stored and logical > REPEATED_VIEW_ALLOWED:
+        raise Refused(
+            f"its tensor {where} is a view that repeats its data: {format_bytes(logical)} of values over "
+            f"{format_bytes(stored)} stored (shape {tuple(tensor.shape)}, strides {tensor.stride()}). "
+            "torch.save of a model's weights never writes one; if this is your own file, save the tensor "
+            "with .contiguous() instead"
+        )
+    return logical

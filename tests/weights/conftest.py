@@ -18,48 +18,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-_NETWORK_ENV = (
-    "SWIN_OFFLINE",
-    "SWIN_DOWNLOAD_TIMEOUT",
-    "SWIN_MAX_DOWNLOAD_BYTES",
-    "HF_HUB_OFFLINE",
-    "HF_ENDPOINT",
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "HF_HOME",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-)
+from tests.conftest import isolate_caches
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the X-Repo-Commit every hub answer carries
 
 
 @pytest.fixture(autouse=True)
 def swin_home(tmp_path, monkeypatch):
-    """Every test gets an empty cache of its own (ours and the Hugging Face one, ``HF_HUB_CACHE``) and no
-    offline / mirror / token / proxy / limit settings from outside."""
-    home = tmp_path / "swin_home"
-    monkeypatch.setenv("SWIN_HOME", str(home))
-    for name in _NETWORK_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_hub"))
-    return home
-
-
-@pytest.fixture(autouse=True)
-def no_hub_registry_fetch(monkeypatch):
-    """huggingface_hub 2.x fetches an "agent harness" registry from its import-time endpoint (huggingface.co)
-    the first time it builds request headers; tests contact loopback only, so it gets an empty registry."""
-    try:
-        from huggingface_hub.utils import _detect_agent
-    except ImportError:
-        return
-    if hasattr(_detect_agent, "_registry") and hasattr(_detect_agent, "_EMPTY_REGISTRY"):
-        monkeypatch.setattr(_detect_agent, "_registry", _detect_agent._EMPTY_REGISTRY)
+    """As tests/conftest.py's, with the caches in the test's own tmp_path (the download tests look at them
+    there, beside the files they serve)."""
+    return isolate_caches(monkeypatch, tmp_path)
 
 
 @dataclass

@@ -1,6 +1,13 @@
-"""Layout conversion: our exports read by timm's own checkpoint filter, wrappers unwrapped."""
+"""Layout conversion: our exports in timm's layout, wrappers unwrapped (a timm training checkpoint's EMA weights
+first, as timm reads it), layouts detected.
+
+Our official export read back by timm's own checkpoint filter is tested in ``test_load_layouts.py``, through
+``pretrained=``.
+"""
 
 from __future__ import annotations
+
+import argparse
 
 import pytest
 import torch
@@ -13,18 +20,6 @@ from swin.weights import convert, detect_layout, export
 def model():
     torch.manual_seed(0)
     return swin.create_model("swin_t").eval()
-
-
-def test_official_export_loads_through_timm_filter(model):
-    import timm
-    from timm.models.swin_transformer import checkpoint_filter_fn
-
-    reference = timm.create_model("swin_tiny_patch4_window7_224").eval()
-    checkpoint = {"model": export(model.state_dict(), target="official")}
-    reference.load_state_dict(checkpoint_filter_fn(checkpoint, reference))
-    x = torch.randn(1, 3, 224, 224)
-    with torch.no_grad():
-        assert (reference(x) - model(x)).abs().max().item() <= 1e-5
 
 
 def test_timm_export_is_timm_state_dict(model):
@@ -41,6 +36,107 @@ def test_wrappers_and_buffers():
     wrapped = {"state_dict": {f"module.{k}": v for k, v in sd.items()}, "epoch": 3}
     wrapped["state_dict"]["module.layers.0.blocks.1.attn_mask"] = torch.zeros(64, 49, 49)
     assert set(convert(wrapped)) == set(sd)
+
+
+@pytest.fixture(scope="module")
+def timm_training_checkpoint(tmp_path_factory):
+    """A checkpoint as timm's train.py writes it (its own ``CheckpointSaver``): the trained weights under
+    ``state_dict``, their moving average (``ModelEmaV3``) under ``state_dict_ema``, beside the optimizer, the
+    args and the epoch. Returns the file, an image, and the logits of the trained (not averaged) weights."""
+    import timm
+    from timm.utils import CheckpointSaver, ModelEmaV3
+
+    torch.manual_seed(0)
+    trained = timm.create_model("swin_tiny_patch4_window7_224").eval()
+    ema = ModelEmaV3(trained)
+    with torch.no_grad():  # training moved the weights away from their average
+        for parameter in trained.parameters():
+            parameter.add_(torch.randn_like(parameter), alpha=0.05)
+    directory = tmp_path_factory.mktemp("timm_train")
+    saver = CheckpointSaver(
+        trained,
+        torch.optim.AdamW(trained.parameters()),
+        args=argparse.Namespace(model="swin_tiny_patch4_window7_224"),
+        model_ema=ema,
+        checkpoint_dir=str(directory),
+    )
+    saver.save_checkpoint(epoch=3, metric=0.5)
+    image = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return directory / "last.pth.tar", image, trained(image)
+
+
+def _read(path) -> dict:
+    with torch.serialization.safe_globals([argparse.Namespace]):  # as timm reads its training checkpoints
+        return torch.load(path, weights_only=True)
+
+
+def _timm_loaded(path) -> torch.nn.Module:
+    """timm's model with the weights ``timm.models.load_checkpoint`` reads from ``path`` (its defaults)."""
+    import timm
+
+    reference = timm.create_model("swin_tiny_patch4_window7_224").eval()
+    timm.models.load_checkpoint(reference, str(path))
+    return reference
+
+
+def test_training_checkpoint_loads_ema_weights_as_timm_does(timm_training_checkpoint):
+    path, image, trained_logits = timm_training_checkpoint
+    assert {"state_dict", "state_dict_ema"} <= set(_read(path))
+    model = swin.create_model("swin_t", checkpoint_path=path).eval()
+    reference = _timm_loaded(path)
+    with torch.no_grad():
+        expected = reference(image)
+        assert (model(image) - expected).abs().max().item() <= 1e-5
+    assert (expected - trained_logits).abs().max().item() > 1e-2  # the two sets of weights tell apart
+
+
+def test_ema_only_checkpoint_loads(timm_training_checkpoint, tmp_path):
+    path, image, _ = timm_training_checkpoint
+    saved = _read(path)
+    ema_only = tmp_path / "ema_only.pth"
+    torch.save({"state_dict_ema": saved["state_dict_ema"], "epoch": saved["epoch"]}, ema_only)
+    model = swin.create_model("swin_t", checkpoint_path=ema_only).eval()
+    with torch.no_grad():
+        assert (model(image) - _timm_loaded(ema_only)(image)).abs().max().item() <= 1e-5
+
+
+def test_use_ema_false_gives_the_trained_weights_as_timm_does(timm_training_checkpoint):
+    import timm
+
+    from swin.weights import unwrap
+
+    path, _, _ = timm_training_checkpoint
+    expected = timm.models.load_state_dict(str(path), use_ema=False)
+    state = unwrap(_read(path), use_ema=False)
+    assert set(state) == set(expected) and all(torch.equal(state[k], v) for k, v in expected.items())
+    with pytest.raises(ValueError, match="only EMA weights .*: pass use_ema=True"):
+        unwrap({"state_dict_ema": expected, "epoch": 3}, use_ema=False)
+
+
+def test_swin_convert_writes_the_ema_weights(timm_training_checkpoint, tmp_path, capsys):
+    """``swin convert`` reads the checkpoint as ``pretrained=`` does: to timm's layout, it writes exactly
+    what ``timm.models.load_state_dict`` reads from it."""
+    import timm
+    from safetensors.torch import load_file
+
+    from swin.tools.cli import main
+
+    path, _, _ = timm_training_checkpoint
+    assert main(["convert", str(path), str(tmp_path / "ema.safetensors"), "--to", "timm"]) == 0
+    written = load_file(tmp_path / "ema.safetensors")
+    expected = timm.models.load_state_dict(str(path))
+    assert set(written) == set(expected) and all(torch.equal(written[k], v) for k, v in expected.items())
+
+
+def test_unwrap_prefers_wrappers_in_timms_order():
+    """timm's ``load_state_dict(use_ema=True)``: state_dict_ema, then model_ema, then state_dict, then model."""
+    from swin.weights import unwrap
+
+    order = ("state_dict_ema", "model_ema", "state_dict", "model")
+    for first in range(len(order)):
+        checkpoint = {key: {"w": torch.full((1,), float(i))} for i, key in enumerate(order) if i >= first}
+        assert unwrap(checkpoint)["w"].item() == first
 
 
 def test_unknown_layout():

@@ -1,4 +1,5 @@
-"""Plain-URL downloads under hostile or broken conditions, against loopback servers, each bounded in time.
+"""Plain-URL downloads under hostile or broken conditions, against loopback servers, each bounded (a deadline,
+a size cap).
 
 Credentials never reach another origin, a dripping or endless server is cut off by the deadline or the size
 cap, dead ``.part`` files are swept, passwords never appear in messages, an unusable ``$SWIN_HOME`` is one
@@ -8,9 +9,15 @@ clear error, pins are strict and re-checked, and a file that does not load as a 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
+import select
+import socket
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +29,7 @@ from swin.weights.download import (
     download,
     download_timeout,
     max_download_bytes,
+    probe_destination,
     redact,
     redirect_keeps_credentials,
     sweep_stale_parts,
@@ -107,24 +115,82 @@ def test_redirect_loop_ends(server, tmp_path):
 # -- deadline and size cap ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("drip", [0.05, 0.004], ids=["headers", "body"])
-def test_dripping_server_hits_the_deadline(server, tmp_path, drip):
-    """One byte at a time: within the status line and headers (0.05 s a byte) or within the body."""
-    url = server.serve("/drip/file.bin", b"x" * 2000, drip=drip)
-    start = time.monotonic()
+class DrippingServer:
+    """Serves one response on 127.0.0.1, its first ``at_once`` bytes at once and then one byte every ``drip``
+    seconds, and records what the client did: ``sent`` (bytes that left before it hung up) and ``hung_up``
+    (it closed the connection before the response ended)."""
+
+    def __init__(self, response: bytes, drip: float, at_once: int = 0) -> None:
+        self.response, self.drip, self.at_once = response, drip, at_once
+        self.sent = 0
+        self.hung_up = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(60)  # no client at all: the thread ends, the test fails on hung_up
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/drip/model.pth"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with self._listener, self._listener.accept()[0] as connection:
+            connection.recv(65536)  # the request
+            connection.sendall(self.response[: self.at_once])
+            self.sent = self.at_once
+            for index in range(self.at_once, len(self.response)):
+                # the drip's pause doubles as a watch for the client's end of the connection (EOF or reset)
+                if select.select([connection], [], [], self.drip)[0] and not self._alive(connection):
+                    break
+                try:
+                    connection.sendall(self.response[index : index + 1])
+                except OSError:
+                    break
+                self.sent += 1
+            else:
+                return
+            self.hung_up.set()
+
+    @staticmethod
+    def _alive(connection: socket.socket) -> bool:
+        try:
+            return connection.recv(1) != b""
+        except OSError:
+            return False
+
+
+def dripping(drip_headers: bool) -> tuple[DrippingServer, int]:
+    """A 2000-byte file, dripped at a pace no 1 s deadline can wait out: from the status line on (headers and
+    body at 0.05 s a byte, 100 s), or after the status line and headers (the body at 0.005 s a byte, 10 s).
+    Returns the server and the length of the status line and headers."""
+    body = b"x" * 2000
+    head = f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    if drip_headers:
+        return DrippingServer(head + body, drip=0.05), len(head)
+    return DrippingServer(head + body, drip=0.005, at_once=len(head)), len(head)
+
+
+def assert_cut_off(server: DrippingServer, head: int, drip_headers: bool) -> None:
+    """The download ended the transfer itself, within the headers or the body as dripped: the server saw the
+    client hang up, and not all of the response had left (a download that waited for the whole response
+    and only then compared the clock with its deadline would have read every byte)."""
+    assert server.hung_up.wait(60), "the client never hung up"
+    assert server.sent < (head if drip_headers else len(server.response)), f"{server.sent} bytes sent"
+    assert server.sent >= (0 if drip_headers else head)
+
+
+@pytest.mark.parametrize("drip_headers", [True, False], ids=["headers", "body"])
+def test_dripping_server_hits_the_deadline(tmp_path, drip_headers):
+    """One byte at a time: within the status line and headers or within the body."""
+    server, head = dripping(drip_headers)
     with pytest.raises(DownloadError, match=r"not finished after 1 s .*SWIN_DOWNLOAD_TIMEOUT"):
-        download(url, tmp_path / "dl" / "file.bin", timeout=1)
-    assert time.monotonic() - start < 3
+        download(server.url, tmp_path / "dl" / "file.bin", timeout=1)
+    assert_cut_off(server, head, drip_headers)
     assert not (tmp_path / "dl").exists()
 
 
-def test_deadline_from_the_environment(server, monkeypatch, swin_home):
-    url = server.serve("/drip/model.pth", b"x" * 2000, drip=0.01)
+def test_deadline_from_the_environment(monkeypatch, swin_home):
+    server, head = dripping(drip_headers=False)
     monkeypatch.setenv("SWIN_DOWNLOAD_TIMEOUT", "1")
-    start = time.monotonic()
     with pytest.raises(WeightsNotFoundError, match="not finished after 1 s"):
-        fetch_url(url, progress=False)
-    assert time.monotonic() - start < 3
+        fetch_url(server.url, progress=False)
+    assert_cut_off(server, head, drip_headers=False)
     assert cache_files(swin_home) == []
 
 
@@ -191,12 +257,22 @@ def test_password_and_tokens_are_redacted(server, swin_home):
     with pytest.raises(WeightsNotFoundError) as error:
         fetch_url(url, progress=False)
     message = str(error.value)
-    assert "HTTP 404" in message and "user:***@127.0.0.1" in message and "token=***&v=2" in message
+    assert "HTTP 404" in message and "//***@127.0.0.1" in message and "token=***&v=2" in message
     assert "s3cret" not in message and "abc123" not in message
     with pytest.raises(ValueError) as error:
         fetch_url(url + "#sha256=nothex")
-    assert "s3cret" not in str(error.value) and "user:***@" in str(error.value)
+    assert "s3cret" not in str(error.value) and "//***@" in str(error.value)
     assert redact("https://ghp_abc@host/x?X-Amz-Signature=f00&a=b") == "https://***@host/x?X-Amz-Signature=***&a=b"
+
+
+@pytest.mark.parametrize(
+    "userinfo",
+    ["ghp_SECRETTOKEN:x-oauth-basic", "ghp_SECRETTOKEN:", "user:s3cret", "ghp_SECRETTOKEN", "us%40er:p%3Aw"],
+)
+def test_the_whole_userinfo_is_hidden(userinfo):
+    """GitHub's documented form puts the token in the user name (``https://TOKEN:x-oauth-basic@github.com``,
+    or ``TOKEN@``): no part of the userinfo is shown."""
+    assert redact(f"https://{userinfo}@github.com/x.pth") == "https://***@github.com/x.pth"
 
 
 # -- the cache directory ------------------------------------------------------------------------------------
@@ -283,6 +359,116 @@ def test_long_file_names(server, swin_home, swin_body):
         fetch_url(server.serve(f"/{too_long}", swin_body))
     assert not swin_home.exists()
     assert server.requests == [f"/{name}"]
+
+
+def _another_process_cleans_up(monkeypatch, when: str) -> list:
+    """Make a second process's cleanup (the rmdir of the directories its probe made) land, once, where it
+    hurts: between our ``mkdir`` and ``mkstemp``, or during our ``mkdir`` (after it found the directory
+    there, before it checked that it is one). Returns the list of directories removed that way."""
+    removed = []
+    if when == "before mkstemp":
+        real_mkstemp = tempfile.mkstemp
+
+        def mkstemp(*args, dir, **kwargs):
+            if not removed:
+                os.rmdir(dir)
+                removed.append(Path(dir))
+            return real_mkstemp(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    else:
+        real_mkdir = os.mkdir
+
+        def mkdir(path, *args, **kwargs):
+            if not removed and Path(path).name == "swin_t.x":  # the other made it first, and is removing it
+                removed.append(Path(path))
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(path))
+            return real_mkdir(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "mkdir", mkdir)
+    return removed
+
+
+@pytest.mark.parametrize("when", ["before mkstemp", "during mkdir"])
+def test_directory_removed_by_another_process_is_made_again(server, monkeypatch, tmp_path, when):
+    """Two processes filling one cache entry (every rank of a distributed job): the first one's probe removes
+    the directories it made while the second is creating them or its temporary file. The second makes them
+    again; it is not told that the cache cannot be written."""
+    removed = _another_process_cleans_up(monkeypatch, when)
+    dest = tmp_path / "home" / "weights" / "swin_t.x" / "model.bin"
+    probe_destination(dest, "the probe")
+    assert removed == [dest.parent] and not (tmp_path / "home").exists()  # the probe leaves nothing behind
+
+    removed.clear()
+    assert download(server.serve("/x/model.bin", b"payload"), dest).read_bytes() == b"payload"
+    assert removed == [dest.parent]
+
+
+def test_a_file_in_the_way_is_still_reported_after_the_retries(tmp_path):
+    (tmp_path / "weights").write_text("a file where a directory belongs")
+    with pytest.raises(DestinationError, match="File exists") as error:
+        probe_destination(tmp_path / "weights" / "model.bin", "the probe")
+    assert error.value.cause.errno == errno.EEXIST
+
+
+class _FullDisk:
+    """The temporary file of a download on a disk that fills up: ``write`` or the flush on ``close`` fails."""
+
+    def __init__(self, file, fail_on: str, code: int) -> None:
+        self.file, self.fail_on, self.code = file, fail_on, code
+
+    def _fail(self) -> None:
+        raise OSError(self.code, os.strerror(self.code))
+
+    def write(self, data: bytes) -> int:
+        if self.fail_on == "write":
+            self._fail()
+        return self.file.write(data)
+
+    def __enter__(self) -> _FullDisk:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+        if self.fail_on == "close":
+            self._fail()
+
+
+@pytest.mark.parametrize("fail_on", ["write", "close"])
+def test_full_disk_stops_at_the_first_source(server, monkeypatch, entries, swin_home, swin_body, fail_on):
+    """A local write that fails is the cache's problem, not the source's: no other source is downloaded (each
+    would fail the same way), the error is the cache's, and no temporary file is left."""
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: _FullDisk(real_fdopen(fd, *a, **k), fail_on, errno.ENOSPC))
+    first = server.serve("/first/model.safetensors", swin_body)
+    entry = entries("full_disk", {"url": first}, {"url": server.serve("/second/model.safetensors", swin_body)})
+    with pytest.raises(CacheDirError, match=f"SWIN_HOME={swin_home} is on a full disk; free some space") as error:
+        fetch(entry, progress=False)
+    assert error.value.cause.errno == errno.ENOSPC
+    assert server.requests == ["/first/model.safetensors"]
+    assert cache_files(swin_home) == []
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (errno.ENOSPC, "is on a full disk"),
+        (errno.EDQUOT, "is on a full disk (the disk quota is used up)"),
+        (errno.EFBIG, "has no room for a file this large"),
+    ],
+    ids=["ENOSPC", "EDQUOT", "EFBIG"],
+)
+def test_no_room_messages(swin_home, code, said):
+    cause = OSError(code, os.strerror(code))
+    error = storage.cache_dir_error(DestinationError("x", swin_home / "weights" / "a.b" / "m.pth", cause))
+    assert str(error).startswith(f"SWIN_HOME={swin_home} {said}")
+
+
+def test_content_length_that_is_not_ascii_digits_is_ignored(server, tmp_path):
+    """``"²".isdigit()`` is True but ``int("²")`` fails: a header like that is no length at all, not a crash
+    that keeps the next source from being tried."""
+    url = server.serve("/odd/model.bin", b"payload", headers={"Content-Length": "\u00b2"})
+    assert download(url, tmp_path / "model.bin").read_bytes() == b"payload"
 
 
 # -- pins -----------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -115,6 +116,13 @@ def test_tags_aliases_and_errors():
         manifest.register_pretrained({"swin_t.ms_in1k": {"sources": [{"url": "http://127.0.0.1/x.pth"}]}})
     with pytest.raises(ValueError, match="exactly one of url or hf_hub"):
         manifest.register_pretrained({"swin_t.bad": {"sources": [{}]}})
+
+
+@pytest.mark.parametrize("name", [123, 1.5, None, ("swin_t", "x")])
+def test_entry_names_that_are_not_strings_are_a_clear_error(entries, name):
+    """YAML reads an unquoted ``123:`` or ``1.5:`` as a number."""
+    with pytest.raises(ValueError, match=rf"entry names are strings ARCH\.TAG .*got {re.escape(repr(name))}"):
+        manifest.register_pretrained({name: {"sources": [{"url": "https://h/x.pth"}]}})
 
 
 def test_patterns_match_timm_names_too(capsys):

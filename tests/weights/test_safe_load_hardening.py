@@ -1,8 +1,12 @@
-"""Hostile checkpoint files: every one is refused fast with an error naming the file, never a KeyError,
-RecursionError, MemoryError, hang or crash. Each file is made by hand in tmp_path."""
+"""Hostile checkpoint files: every one is refused with an error naming the file, never a KeyError,
+RecursionError, MemoryError, hang or crash, and before the expensive step (unpickling, reading tensor data)
+unless the test says the file can only be judged once loaded. Each file is made by hand in tmp_path."""
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import faulthandler
 import io
 import json
 import math
@@ -10,7 +14,6 @@ import os
 import pickle
 import struct
 import tempfile
-import time
 import zipfile
 
 import pytest
@@ -19,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file as reference_load
 
-from swin.weights import pickle_shape
+from swin.weights import pickle_shape, safe_load
 from swin.weights.safe_load import CorruptCheckpointError, UnsafeCheckpointError, check_file, load_file
 from tests.weights.conftest import safetensors_bytes, torch_bytes
 
@@ -33,21 +36,66 @@ def default_bound(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
 
 
-def refused(path, error=CorruptCheckpointError, match=None, call=check_file):
-    """``call(path)`` raises ``error`` promptly, with the file named in its message; the message."""
-    start = time.monotonic()
-    with pytest.raises(error, match=match) as caught:
+# The running test's calls of the two readers that do the expensive work, unpickling (torch.load) and reading
+# tensor data (safetensors' load_file), each with its keyword arguments; kept by the ``reads`` fixture.
+_READS: list[tuple[str, dict]] = []
+
+
+def spy(name, reader):
+    """``reader``, its calls recorded in ``_READS``."""
+
+    def reading(*args, **kwargs):
+        _READS.append((name, kwargs))
+        return reader(*args, **kwargs)
+
+    return reading
+
+
+@pytest.fixture(autouse=True)
+def reads(monkeypatch):
+    import safetensors.torch
+
+    _READS.clear()
+    monkeypatch.setattr(torch, "load", spy("torch.load", torch.load))
+    monkeypatch.setattr(safetensors.torch, "load_file", spy("safetensors", safetensors.torch.load_file))
+    return _READS
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: float = 60):
+    """A hang guard, not a speed target (pytest-timeout's thread method): should the call not return within
+    ``seconds``, every thread's traceback is written and the test process ends."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def refused(path, error=CorruptCheckpointError, match=None, call=check_file, *, loaded=False):
+    """``call(path)`` raises ``error``, with the file named in its message; the message.
+
+    The refusal comes before the expensive step: nothing is unpickled or read by safetensors, or, with
+    ``loaded`` (a file only its loaded contents give away), it is read once, weights-only.
+    """
+    before = len(_READS)
+    with hang_guard(), pytest.raises(error, match=match) as caught:
         call(path)
-    assert time.monotonic() - start < 2, "a refusal must not take long"
+    calls = _READS[before:]
+    if loaded:
+        assert len(calls) == 1, f"read {len(calls)} times: {calls}"
+        assert calls[0][0] == "safetensors" or calls[0][1].get("weights_only") is True
+    else:
+        assert calls == [], f"refused only after reading it: {calls}"
     assert type(caught.value) is error  # not a bare KeyError/TypeError that happens to subclass nothing
     message = str(caught.value)
     assert str(path) in message
     return message
 
 
-def both_refuse(path, match=None, error=CorruptCheckpointError):
-    refused(path, error, match, check_file)
-    return refused(path, error, match, load_file)
+def both_refuse(path, match=None, error=CorruptCheckpointError, *, loaded=False):
+    refused(path, error, match, check_file, loaded=loaded)
+    return refused(path, error, match, load_file, loaded=loaded)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -215,8 +263,8 @@ def test_safetensors_load_errors_are_corrupt_not_safetensor_error(tmp_path, monk
     def failing_reader(*args, **kwargs):
         raise SafetensorError("Error while deserializing header: something new")
 
-    monkeypatch.setattr("safetensors.torch.load_file", failing_reader)
-    assert "something new" in refused(path, call=load_file)
+    monkeypatch.setattr("safetensors.torch.load_file", spy("safetensors", failing_reader))
+    assert "something new" in refused(path, call=load_file, loaded=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -330,21 +378,46 @@ def test_a_bound_that_is_not_a_size_is_a_clear_error(tmp_path, monkeypatch, sett
     assert not isinstance(caught.value, CorruptCheckpointError)  # the setting is wrong, not the file
 
 
-def test_check_file_reads_no_tensor_data(tmp_path):
+class _CountingFile:
+    """A file opened by safe_load, every byte read from it added to ``counts``."""
+
+    def __init__(self, handle, counts: list[int]) -> None:
+        self._handle, self._counts = handle, counts
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self._counts.append(len(data))
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.close()
+
+
+def test_check_file_reads_no_tensor_data(tmp_path, monkeypatch, reads):
     """check_file judges a zip by its directory and pickle, a safetensors file by its header: a zip whose
-    tensor record is missing passes it (loading fails), and a 2 GiB safetensors file is checked at once."""
+    tensor record is missing passes it (loading fails), and of a 2 GiB safetensors file it reads the header."""
     missing = tmp_path / "missing.pth"
     missing.write_bytes(rezip(torch_bytes({"w": torch.ones(4)}), drop=["data/0"]))
     assert check_file(missing) == "zip"
-    refused(missing, call=load_file)
+    refused(missing, call=load_file, loaded=True)
     big = tmp_path / "big.safetensors"
     header = json.dumps({"w": f32([512 * MiB], 0, 2048 * MiB)}).encode()
     with open(big, "wb") as handle:  # sparse: no disk, no memory
         handle.write(struct.pack("<Q", len(header)) + header)
         handle.truncate(8 + len(header) + 2048 * MiB)
-    start = time.monotonic()
-    assert check_file(big) == "safetensors"
-    assert time.monotonic() - start < 1
+    counts: list[int] = []
+    monkeypatch.setattr(safe_load, "open", lambda *a, **k: _CountingFile(builtins.open(*a, **k), counts), raising=False)
+    reads.clear()
+    with hang_guard():
+        assert check_file(big) == "safetensors"
+    assert reads == []  # safetensors' reader never saw it
+    assert 0 < sum(counts) <= 9 + 8 + len(header)  # the format sniff, the header length, the header
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -486,4 +559,43 @@ def test_unsafe_pickles_are_still_refused_before_unpickling(tmp_path):
     path.write_bytes(torch_bytes({"model": {}, "x": Payload()}))
     assert "builtins.exec" in both_refuse(path, error=UnsafeCheckpointError)
     path.write_bytes(pickle.dumps({"model": {}, "x": Payload()}, protocol=2))
-    both_refuse(path, error=UnsafeCheckpointError)
+    # A plain pickle has no directory of globals: the weights-only unpickler stops at the global, unrun.
+    both_refuse(path, error=UnsafeCheckpointError, loaded=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tensors larger in memory than in the file
+
+
+@pytest.mark.parametrize("elements", [2**30, 2**42], ids=["4GiB", "16TiB"])
+def test_view_that_repeats_one_value_is_refused_naming_its_key(tmp_path, elements):
+    """``torch.zeros(1).expand(n)`` pickles to a few kilobytes (one stored value, stride 0) and passes every
+    size bound on the file; anything that reads it (isfinite, a copy) then needs n values of memory."""
+    path = tmp_path / "repeated.pth"
+    path.write_bytes(torch_bytes({"model": {"ok": torch.ones(3), "blow_up": torch.zeros(1).expand(elements)}}))
+    assert os.path.getsize(path) < 16 * 1024
+    message = refused(path, call=load_file, loaded=True)
+    assert "model.blow_up" in message and "repeats" in message and ".contiguous()" in message
+
+
+def test_small_repeating_views_and_ordinary_views_still_load(tmp_path):
+    """A few repeated values (a broadcast buffer of a kilobyte) and slices or transposes of a larger tensor
+    are what real state dicts may hold; they load as saved."""
+    base = torch.arange(12.0).reshape(3, 4)
+    saved = {"broadcast": torch.ones(1).expand(256), "slice": base[1:], "transpose": base.t()}
+    path = tmp_path / "views.pth"
+    path.write_bytes(torch_bytes(saved))
+    loaded = load_file(path)
+    assert all(torch.equal(loaded[key], value) for key, value in saved.items())
+
+
+def test_tensors_sharing_storage_count_towards_the_bound(tmp_path, monkeypatch):
+    """Ten full views of one 4 MiB storage: a 4 MiB file that holds 40 MiB of tensors once loaded."""
+    shared = torch.zeros(MiB)
+    path = tmp_path / "shared.pth"
+    path.write_bytes(torch_bytes({f"w{index}": shared.view(1024, 1024) for index in range(10)}))
+    monkeypatch.setenv(ENV, "16M")
+    message = refused(path, call=load_file, loaded=True)
+    assert "40.0 MiB" in message and "16.0 MiB" in message and f"{ENV}=" in message
+    monkeypatch.setenv(ENV, "64M")
+    assert len(load_file(path)) == 10
