@@ -20,7 +20,8 @@ class SwinConfig:
         embed_dim: channels C of stage 1; stage i has C * 2**i.
         depths: blocks per stage.
         num_heads: attention heads per stage.
-        window_size: window M in tokens (7 at 224, 12 at 384 for the official models).
+        window_size: window M in tokens (7 at 224, 12 at 384 for the official models), or (height, width) for
+            a rectangular window as timm takes it; an equal pair is kept as one int.
         img_size: the input size the model is built for, (H, W) or one int. Classification models shrink a
             stage's window to its map when the map is not larger (official rule); any input size still runs.
         patch_size: side of the patch embedding's conv kernel and stride.
@@ -45,7 +46,7 @@ class SwinConfig:
     embed_dim: int = 96
     depths: tuple[int, ...] = (2, 2, 6, 2)
     num_heads: tuple[int, ...] = (3, 6, 12, 24)
-    window_size: int = 7
+    window_size: int | tuple[int, int] = 7
     img_size: tuple[int, int] = (224, 224)
     patch_size: int = 4
     in_chans: int = 3
@@ -87,7 +88,7 @@ class SwinConfig:
         for i, heads in enumerate(self.num_heads):
             if (self.embed_dim * 2**i) % heads:
                 raise ValueError(f"stage {i} has {self.embed_dim * 2**i} channels, not divisible by num_heads={heads}")
-        for name in ("embed_dim", "window_size", "patch_size", "in_chans"):
+        for name in ("embed_dim", "patch_size", "in_chans"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.version not in (1, 2):
@@ -137,7 +138,15 @@ class SwinConfig:
         """The (wh, ww) window of each stage: ``window_size``, or under classification semantics the map at
         ``img_size`` when it is not larger (official rule, see :mod:`swin.layers.semantics`)."""
         rules = get_semantics(semantics)
-        return [rules.stage_window(h, w, self.window_size) for h, w in self.stage_sizes()]
+        wh, ww = self.window
+        # one axis at a time: the rule takes one window side, and each axis shrinks to its own map side
+        return [(rules.stage_window(h, w, wh)[0], rules.stage_window(h, w, ww)[1]) for h, w in self.stage_sizes()]
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """``window_size`` as (height, width)."""
+        size = self.window_size
+        return (size, size) if isinstance(size, int) else size
 
     def to_dict(self) -> dict[str, typing.Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -153,6 +162,8 @@ def _hint(name: str) -> typing.Any:
 
 def _coerce(name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
     """Check ``value`` against the field's type; accept lists for tuples and one int for a size pair."""
+    if name == "window_size":
+        return _window_size(value)
     origin = typing.get_origin(hint)
     if origin is tuple:
         args = typing.get_args(hint)
@@ -174,3 +185,17 @@ def _coerce(name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
     if not isinstance(value, hint):
         raise TypeError(f"config field {name!r} expects {hint.__name__}, got {type(value).__name__} {value!r}")
     return value
+
+
+def _window_size(value: typing.Any) -> int | tuple[int, int]:
+    """One positive int, or a (height, width) pair of them as timm's ``window_size=(8, 8)``: an equal pair as
+    its int, so that a square window has one spelling."""
+    pair = tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+    if len(pair) != 2 or any(not isinstance(v, int) or isinstance(v, bool) for v in pair):
+        raise TypeError(
+            f"config field 'window_size' expects int or a (height, width) pair of ints, got "
+            f"{type(value).__name__} {value!r}; one window serves every stage (per-stage windows are not supported)"
+        )
+    if any(v < 1 for v in pair):
+        raise ValueError(f"window_size must be a positive integer (or a pair of them), got {value!r}")
+    return pair[0] if len(set(pair)) == 1 else tuple(pair)

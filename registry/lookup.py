@@ -102,8 +102,15 @@ def register_model(
         )
     with _lock:
         if isinstance(config, (str, os.PathLike)):
-            with open(config) as handle:
-                return _load_entries(yaml.safe_load(handle), source=os.fspath(config), overwrite=overwrite)
+            try:
+                with open(config, encoding="utf-8") as handle:
+                    text = handle.read()
+            except UnicodeDecodeError as error:  # a binary file given by mistake: name it, not just the codec
+                raise ValueError(
+                    f"{os.fspath(config)}: not a YAML text file (not UTF-8 at byte {error.start}); give the "
+                    "models file in the format of the bundled models.yaml"
+                ) from None
+            return _load_entries(yaml.safe_load(text), source=os.fspath(config), overwrite=overwrite)
         if isinstance(config, dict):
             fields = {**config, **fields}
             config = None
@@ -126,15 +133,22 @@ def resolve_name(name: str) -> str:
         return _aliases[name]
     arch, dot, tag = name.partition(".")
     if dot and (arch in _configs or arch in _aliases):
-        arch = _aliases.get(arch, arch)
-        raise UnknownModelError(
-            f"{name!r} is an architecture with a pretrained tag ({tag!r}); here an architecture is expected: "
-            f"{arch!r} (tags are for create_model, swin predict, validate and download)"
-        )
+        raise UnknownModelError(_tagged(name, _aliases.get(arch, arch), tag))
     known = sorted(_configs) + sorted(_aliases)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    hint = f"; did you mean {', '.join(close)}?" if close else "."
     raise UnknownModelError(f"unknown model {name!r}{hint} Registered models: {', '.join(sorted(_configs))}")
+
+
+def _tagged(name: str, arch: str, tag: str) -> str:
+    """Why ``ARCH.TAG`` is refused where an architecture is expected. Whether TAG is one of the manifest's is
+    not said: the manifest builds on the registry (``swin download --list`` or ``swin list --pretrained``
+    shows the tags)."""
+    return (
+        f"{name!r} is an architecture followed by a tag ({tag!r}); here an architecture is expected: {arch!r} "
+        "(tags of pretrained weights are for create_model, swin predict, validate, export and download; "
+        f"swin list --pretrained '{arch}.*' lists {arch}'s)"
+    )
 
 
 def get_config(name: str) -> SwinConfig:

@@ -18,7 +18,9 @@ from .trunk import SwinTrunk
 __all__ = [
     "SIZE_MULTIPLE",
     "check_size_range",
+    "check_size_ranges",
     "dynamic_size_range",
+    "example_shape",
     "example_size",
     "export_onnx",
     "export_program",
@@ -28,22 +30,37 @@ __all__ = [
 # Exported sizes are multiples of 32 (patch 4 x three merges), so no patch or merge padding branch is traced.
 SIZE_MULTIPLE = 32
 _MAX_STEPS = 64  # 2048 pixels
+_AXES = ("height", "width")  # axis 0 and 1 of a size range, dimensions 2 and 3 of the input
 
 
-def valid_size_ranges(model: SwinTrunk) -> list[tuple[int, int]]:
+def _axes(axis: int | None) -> tuple[int, ...]:
+    """The axes a range is for: ``axis`` (0 height, 1 width), or both for ``None`` (one range for both sides)."""
+    if axis is None:
+        return (0, 1)
+    if axis not in (0, 1):
+        raise ValueError(f"axis must be 0 (height), 1 (width) or None (both), got {axis!r}")
+    return (axis,)
+
+
+def valid_size_ranges(model: SwinTrunk, axis: int | None = None) -> list[tuple[int, int]]:
     """Every range (min, max) of sizes, in pixels and multiples of 32, that one exported graph serves correctly,
-    in increasing order; an exported range must lie inside one of them (see :func:`dynamic_size_range`)."""
+    in increasing order: of heights (``axis=0``), of widths (``axis=1``), or of sizes given to both sides
+    (``None``; the same on a model whose windows are square). An exported range must lie inside one of them
+    (see :func:`dynamic_size_range`)."""
+    axes = _axes(axis)
     if not get_semantics(model.semantics).shrink_window:  # detection: the window never shrinks
-        window = max(max(stage.window) for stage in model.layers)
+        window = max(stage.window[a] for stage in model.layers for a in axes)
         return [((window + 1) * SIZE_MULTIPLE, _MAX_STEPS * SIZE_MULTIPLE)]
     patch = model.patch_embed.patch_size
 
     def pattern(k: int) -> tuple[bool, ...]:
-        # the map side of stage i at size 32k: 32k / patch, then halved (rounding up) by each merge
+        # the map side of stage i at size 32k: 32k / patch, then halved (rounding up) by each merge; compared
+        # with the stage's window along each axis asked for (a model built for a rectangle has windows that
+        # are not square, e.g. 7x5 in the last stage at 224x160, so its width changes behaviour elsewhere)
         sides = [-(-k * SIZE_MULTIPLE // patch)]
         for _ in model.layers[1:]:
             sides.append(-(-sides[-1] // 2))
-        return tuple(side > stage.window[0] for side, stage in zip(sides, model.layers, strict=True))
+        return tuple(side > stage.window[a] for a in axes for side, stage in zip(sides, model.layers, strict=True))
 
     ranges: list[tuple[int, int]] = []
     start = 1
@@ -54,8 +71,10 @@ def valid_size_ranges(model: SwinTrunk) -> list[tuple[int, int]]:
     return ranges
 
 
-def dynamic_size_range(model: SwinTrunk) -> tuple[int, int]:
-    """Range (min, max) of sizes, in pixels and multiples of 32, that one exported graph serves.
+def dynamic_size_range(model: SwinTrunk, axis: int | None = None) -> tuple[int, int]:
+    """Range (min, max) of sizes, in pixels and multiples of 32, that one exported graph serves: of heights
+    (``axis=0``, around ``img_size[0]``), of widths (``axis=1``, around ``img_size[1]``) or of sizes given to
+    both sides (``None``, around the smaller side; see :func:`valid_size_ranges`).
 
     One traced graph cannot branch on whether a stage's map is larger than its window: that decides the
     shift under classification semantics (the official rule) and whether the stage has one window or
@@ -64,34 +83,71 @@ def dynamic_size_range(model: SwinTrunk) -> tuple[int, int]:
     last stage is one window; build with ``img_size=256`` for 256-2048). Detection: from the first size
     where every stage has several windows (256 at window 7) up to 2048, the sizes detectors use.
     """
-    ranges = valid_size_ranges(model)
+    ranges = valid_size_ranges(model, axis)
     if len(ranges) == 1:
         return ranges[0]
-    native = max(1, min(model.config.img_size) // SIZE_MULTIPLE) * SIZE_MULTIPLE
+    side = min(model.config.img_size) if axis is None else model.config.img_size[axis]
+    native = max(1, side // SIZE_MULTIPLE) * SIZE_MULTIPLE
     return next(r for r in ranges if r[0] <= min(native, _MAX_STEPS * SIZE_MULTIPLE) <= r[1])
 
 
-def check_size_range(model: SwinTrunk, size_range: tuple[int, int] | None) -> tuple[int, int]:
+def check_size_range(model: SwinTrunk, size_range: tuple[int, int] | None, axis: int | None = None) -> tuple[int, int]:
     """``size_range`` (default :func:`dynamic_size_range`) if one graph can serve all of it, else a
     ``ValueError`` naming the ranges that can: outside them the traced graph computes wrong results
-    (measured: 0.2 max logit error, top-1 changed), so such a range is refused before any tracing."""
+    (measured: 0.2 max logit error, top-1 changed), so such a range is refused before any tracing. ``axis``:
+    the range is of heights (0), of widths (1) or of sizes given to both sides (``None``)."""
     if size_range is None:
-        return dynamic_size_range(model)
-    low, high = (int(v) for v in size_range)
+        return dynamic_size_range(model, axis)
+    subject = "size" if axis is None else _AXES[axis]
+    try:
+        low, high = (int(v) for v in size_range)
+    except (TypeError, ValueError):
+        raise ValueError(f"{subject} range must be (min, max) in pixels, e.g. (128, 224), got {size_range!r}") from None
     if low % SIZE_MULTIPLE or high % SIZE_MULTIPLE or not 0 < low <= high:
         raise ValueError(
-            f"size range {low}..{high}: min and max must be multiples of {SIZE_MULTIPLE} with 0 < min <= max"
+            f"{subject} range {low}..{high}: min and max must be multiples of {SIZE_MULTIPLE} with 0 < min <= max"
         )
-    ranges = valid_size_ranges(model)
+    ranges = valid_size_ranges(model, axis)
     if not any(a <= low and high <= b for a, b in ranges):
-        default = dynamic_size_range(model)
+        default = dynamic_size_range(model, axis)
         shown = ", ".join(f"{a}..{b}" for a, b in ranges)
+        qualifier = "" if axis is None else f"{_AXES[axis]} "
+        around = "its img_size" if axis is None else f"its img_size {_AXES[axis]}"
+        # a model built for a rectangle: its heights and widths may each have a wider range of their own
+        per_axis = axis is None and valid_size_ranges(model, 0) != valid_size_ranges(model, 1)
         raise ValueError(
-            f"size range {low}..{high} is wider than one exported graph of {model.config.name} computes correctly: "
-            f"the widest valid range is {default[0]}..{default[1]} (around its img_size); every valid range: "
-            f"{shown} (multiples of {SIZE_MULTIPLE}). Export one file per range"
+            f"{subject} range {low}..{high} is wider than one exported graph of {model.config.name} computes "
+            f"correctly: the widest valid {qualifier}range is {default[0]}..{default[1]} (around {around}); every "
+            f"valid {qualifier}range: {shown} (multiples of {SIZE_MULTIPLE}). Export one file per range"
+            + (", or give heights and widths ranges of their own: ((min, max), (min, max))" if per_axis else "")
         )
     return low, high
+
+
+def _per_axis(size_range: Any) -> bool:
+    """Whether ``size_range`` is ((min, max), (min, max)), one range per axis, rather than one (min, max)."""
+    return isinstance(size_range, (tuple, list)) and all(isinstance(r, (tuple, list)) for r in size_range)
+
+
+def check_size_ranges(
+    model: SwinTrunk, size_range: tuple[int, int] | tuple[tuple[int, int], tuple[int, int]] | None = None
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The (heights, widths) ranges an export serves, each (min, max) checked by :func:`check_size_range`.
+
+    ``size_range``: ``None`` (each axis' :func:`dynamic_size_range`, around its own side of ``img_size``), one
+    (min, max) for both sides, or ((min, max), (min, max)) for height and width. A model built for a rectangle
+    has windows that are not square, and its heights and widths then change behaviour at different sizes.
+    """
+    if size_range is None:
+        return dynamic_size_range(model, 0), dynamic_size_range(model, 1)
+    if _per_axis(size_range):
+        if len(size_range) != 2:
+            raise ValueError(
+                f"size range per axis must be ((min, max), (min, max)) for height and width, got {size_range!r}"
+            )
+        return check_size_range(model, size_range[0], 0), check_size_range(model, size_range[1], 1)
+    both = check_size_range(model, size_range)
+    return both, both
 
 
 def _check_batch(max_batch: int) -> int:
@@ -100,13 +156,15 @@ def _check_batch(max_batch: int) -> int:
     return max_batch
 
 
-def _dynamic_shapes(max_batch: int, size_range: tuple[int, int]) -> dict[str, Any]:
-    """Symbolic height and width; a symbolic batch 1..max_batch, or a static batch of 1 when ``max_batch`` is 1
-    (``Dim`` needs min < max, and the example input then has batch 1, see :func:`_example_batch`)."""
-    low, high = size_range
-    height = Dim("height_steps", min=low // SIZE_MULTIPLE, max=high // SIZE_MULTIPLE)
-    width = Dim("width_steps", min=low // SIZE_MULTIPLE, max=high // SIZE_MULTIPLE)
-    shapes: dict[int, Any] = {2: SIZE_MULTIPLE * height, 3: SIZE_MULTIPLE * width}
+def _dynamic_shapes(max_batch: int, heights: tuple[int, int], widths: tuple[int, int]) -> dict[str, Any]:
+    """Symbolic height and width, each over its own range (a range of one size leaves that side static: ``Dim``
+    needs min < max); a symbolic batch 1..max_batch, or a static batch of 1 when ``max_batch`` is 1 (the
+    example input then has batch 1, see :func:`_example_batch`)."""
+    shapes: dict[int, Any] = {}
+    for dim, axis, (low, high) in ((2, 0, heights), (3, 1, widths)):
+        if low < high:
+            steps = Dim(f"{_AXES[axis]}_steps", min=low // SIZE_MULTIPLE, max=high // SIZE_MULTIPLE)
+            shapes[dim] = SIZE_MULTIPLE * steps
     if max_batch > 1:
         shapes[0] = Dim("batch", min=1, max=max_batch)
     return {"x": shapes}
@@ -117,20 +175,43 @@ def _example_batch(max_batch: int) -> int:
     return 2 if max_batch > 1 else 1
 
 
-def example_size(model: SwinTrunk, size_range: tuple[int, int] | None = None) -> int:
-    """The side of the square example input traced (the only size of a static ONNX export): inside the
-    range and not a window multiple at the first stage, so that no padding branch is specialised."""
-    low, high = check_size_range(model, size_range)
-    side = min(max(min(model.config.img_size), low), high)
+def _example_side(model: SwinTrunk, size_range: tuple[int, int], axis: int | None) -> int:
+    """A side inside ``size_range``, near the model's own (``axis`` as in :func:`check_size_range`), whose
+    first-stage map is not a multiple of the window along the axes it is for, so that no padding branch is
+    specialised."""
+    low, high = size_range
+    native = min(model.config.img_size) if axis is None else model.config.img_size[axis]
+    side = min(max(native, low), high)
     side -= side % SIZE_MULTIPLE
-    if (side // 4) % model.layers[0].window[0] == 0 and side + SIZE_MULTIPLE <= high:
+    patch, window = model.patch_embed.patch_size, model.layers[0].window
+    if any((side // patch) % window[a] == 0 for a in _axes(axis)) and side + SIZE_MULTIPLE <= high:
         side += SIZE_MULTIPLE
     return side
 
 
-def _example(model: SwinTrunk, side: int, batch: int) -> torch.Tensor:
+def example_size(model: SwinTrunk, size_range: tuple[int, int] | None = None) -> int:
+    """The side of the square example input traced for one (min, max) range of both sides (the only size of
+    a static ONNX export given one): inside the range and not a window multiple at the first stage, so that
+    no padding branch is specialised. Per-axis ranges: :func:`example_shape`."""
+    return _example_side(model, check_size_range(model, size_range), None)
+
+
+def example_shape(
+    model: SwinTrunk, size_range: tuple[int, int] | tuple[tuple[int, int], tuple[int, int]] | None = None
+) -> tuple[int, int]:
+    """(height, width) of the example input traced, the only size of a static ONNX export: square,
+    :func:`example_size`, for one (min, max) of both sides; else each side inside its own range (``size_range``
+    as in :func:`check_size_ranges`; by default near ``img_size``)."""
+    if size_range is not None and not _per_axis(size_range):
+        side = example_size(model, size_range)
+        return side, side
+    heights, widths = check_size_ranges(model, size_range)
+    return _example_side(model, heights, 0), _example_side(model, widths, 1)
+
+
+def _example(model: SwinTrunk, shape: tuple[int, int], batch: int) -> torch.Tensor:
     parameter = next(model.parameters())
-    return torch.randn(batch, model.in_chans, side, side, device=parameter.device, dtype=parameter.dtype)
+    return torch.randn(batch, model.in_chans, *shape, device=parameter.device, dtype=parameter.dtype)
 
 
 def _require_swin(model: nn.Module) -> None:
@@ -139,19 +220,22 @@ def _require_swin(model: nn.Module) -> None:
 
 
 def export_program(
-    model: nn.Module, max_batch: int = 64, size_range: tuple[int, int] | None = None
+    model: nn.Module,
+    max_batch: int = 64,
+    size_range: tuple[int, int] | tuple[tuple[int, int], tuple[int, int]] | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export`` of a classifier or backbone with dynamic batch (1..max_batch; ``max_batch=1``: a static
-    batch of 1) and dynamic height and width: multiples of 32 within ``size_range`` (default
-    :func:`dynamic_size_range`; a range one graph cannot serve is refused, see :func:`check_size_range`).
-    Eval mode. The program itself refuses other sizes and batches."""
+    batch of 1) and dynamic height and width: multiples of 32 within ``size_range``, one (min, max) for both
+    sides or ((min, max), (min, max)) for height and width (default: each axis' :func:`dynamic_size_range`; a
+    range one graph cannot serve is refused, see :func:`check_size_ranges`). Eval mode. The program itself
+    refuses other sizes and batches."""
     _require_swin(model)
     _check_batch(max_batch)
-    size_range = check_size_range(model, size_range)
+    heights, widths = check_size_ranges(model, size_range)
     model.eval()
-    example = _example(model, example_size(model, size_range), _example_batch(max_batch))
+    example = _example(model, example_shape(model, size_range), _example_batch(max_batch))
     with _size_oblivious():
-        return torch.export.export(model, (example,), dynamic_shapes=_dynamic_shapes(max_batch, size_range))
+        return torch.export.export(model, (example,), dynamic_shapes=_dynamic_shapes(max_batch, heights, widths))
 
 
 def _size_oblivious():
@@ -166,28 +250,30 @@ class _SizeGuard(nn.Module):
     """Make ONNX Runtime refuse an input whose height or width the graph does not serve.
 
     ONNX keeps no range on a symbolic dimension, and the traced graph runs at any size, silently wrong outside
-    its range. So the graph adds to its input a zero gathered through two tables: ``table[h]`` fails (index out
-    of bounds) above the largest size, and is 1 (not 0) at a size below the smallest or off the 32 grid, which
-    makes the second gather, from a one-element table, fail. ONNX Runtime checks Gather indices and stops
-    with an error naming the node; :func:`export_onnx` names those nodes after the rule.
+    its range. So the graph adds to its input a zero gathered through tables, one per axis (each has its own
+    range): ``heights[h]`` fails (index out of bounds) above the largest height, and is 1 (not 0) at a height
+    below the smallest or off the 32 grid, which makes the last gather, from a one-element table, fail; the
+    same for widths. ONNX Runtime checks Gather indices and stops with an error naming the node;
+    :func:`export_onnx` names those nodes after the rule.
     """
 
-    def __init__(self, low: int, high: int, step: int) -> None:
+    def __init__(self, heights: tuple[int, int], widths: tuple[int, int], step: int) -> None:
         super().__init__()
-        table = torch.ones(high + 1, dtype=torch.int64)
-        table[low::step] = 0
-        self.register_buffer("table", table)
+        for name, (low, high) in (("heights", heights), ("widths", widths)):
+            table = torch.ones(high + 1, dtype=torch.int64)
+            table[low::step] = 0
+            self.register_buffer(name, table)
         self.register_buffer("zero", torch.zeros(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        failures = self.table[x.shape[-2]] + self.table[x.shape[-1]]  # 0 when both sides are valid
+        failures = self.heights[x.shape[-2]] + self.widths[x.shape[-1]]  # 0 when both sides are valid
         return x + self.zero[failures].to(x.dtype)
 
 
 class _Guarded(nn.Module):
-    def __init__(self, model: nn.Module, low: int, high: int) -> None:
+    def __init__(self, model: nn.Module, heights: tuple[int, int], widths: tuple[int, int]) -> None:
         super().__init__()
-        self.size_guard = _SizeGuard(low, high, SIZE_MULTIPLE)
+        self.size_guard = _SizeGuard(heights, widths, SIZE_MULTIPLE)
         self.model = model
 
     def forward(self, x: torch.Tensor):
@@ -211,7 +297,7 @@ def export_onnx(
     model: nn.Module,
     path: str | os.PathLike,
     max_batch: int | None = None,
-    size_range: tuple[int, int] | None = None,
+    size_range: tuple[int, int] | tuple[tuple[int, int], tuple[int, int]] | None = None,
     dynamic: bool = True,
     metadata: Mapping[str, Any] | None = None,
 ) -> str:
@@ -219,41 +305,56 @@ def export_onnx(
 
     Inputs are named ``x``; outputs ``logits`` for a classifier, ``features0..3`` for a backbone. With
     ``dynamic`` the batch, height and width are symbolic: height and width multiples of 32 within
-    ``size_range`` (default :func:`dynamic_size_range`; a range one graph cannot serve is refused), batch
-    1..``max_batch`` (default 64; 1 makes the batch static). The graph refuses other sizes at run time (ONNX
-    Runtime fails in a Gather named ``size_guard_N: <the rule>``). Static (``dynamic=False``): the one size
-    :func:`example_size` (``size_range=(s, s)`` picks ``s``) and the one batch ``max_batch`` (default 2).
-    The file's ``metadata_props`` carry ``size_min``, ``size_max``, ``size_multiple``, ``valid_sizes`` and
-    ``max_batch``, plus ``metadata`` (e.g. the preprocessing of the weights: ``mean``, ``std``, ``crop_pct``,
-    ...; non-strings JSON-encoded).
+    ``size_range``, one (min, max) for both sides or ((min, max), (min, max)) for height and width (default:
+    each axis' :func:`dynamic_size_range`; a range one graph cannot serve is refused, see
+    :func:`check_size_ranges`), batch 1..``max_batch`` (default 64; 1 makes the batch static). The graph
+    refuses other sizes at run time (ONNX Runtime fails in a Gather named ``size_guard_N: <the rule>``).
+    Static (``dynamic=False``): the one size :func:`example_shape` (``size_range=(s, s)`` picks ``s`` x ``s``)
+    and the one batch ``max_batch`` (default 2). The file's ``metadata_props`` carry ``height_min``,
+    ``height_max``, ``width_min``, ``width_max``, ``size_min`` and ``size_max`` (when height and width share
+    one range), ``size_multiple``, ``valid_sizes`` and ``max_batch``, plus ``metadata`` (e.g. the
+    preprocessing of the weights: ``mean``, ``std``, ``crop_pct``, ...; non-strings JSON-encoded).
     Requires ``onnx`` and ``onnxscript`` (``pip install 'swin[onnx]'``).
     """
     _require_swin(model)
     max_batch = _check_batch((64 if dynamic else 2) if max_batch is None else max_batch)
-    size_range = check_size_range(model, size_range)
+    heights, widths = check_size_ranges(model, size_range)
     try:
         import onnxscript  # noqa: F401  (the exporter needs it; fail with our message, not deep inside torch)
     except ImportError:
         raise ImportError("ONNX export needs onnx and onnxscript: pip install 'swin[onnx]'") from None
     model.eval()
-    side = example_size(model, size_range)
-    low, high = size_range if dynamic else (side, side)
+    height, width = example_shape(model, size_range)
+    if not dynamic:
+        heights, widths = (height, height), (width, width)
     if isinstance(model, SwinBackbone):
         outputs = [f"features{i}" for i in model.out_indices]
     else:
         outputs = ["logits"]
     program = torch.onnx.export(
-        _Guarded(model, low, high).eval(),
-        (_example(model, side, _example_batch(max_batch) if dynamic else max_batch),),
+        _Guarded(model, heights, widths).eval(),
+        (_example(model, (height, width), _example_batch(max_batch) if dynamic else max_batch),),
         dynamo=True,
-        dynamic_shapes=_dynamic_shapes(max_batch, (low, high)) if dynamic else None,
+        dynamic_shapes=_dynamic_shapes(max_batch, heights, widths) if dynamic else None,
         input_names=["x"],
         output_names=outputs,
     )
-    rule = f"height and width must be multiples of {SIZE_MULTIPLE} in {low}..{high}"
+    (height_min, height_max), (width_min, width_max) = heights, widths
+    if heights == widths:
+        rule = f"height and width must be multiples of {SIZE_MULTIPLE} in {height_min}..{height_max}"
+        shared = {"size_min": height_min, "size_max": height_max}
+    else:
+        rule = (
+            f"height and width must be multiples of {SIZE_MULTIPLE}, height in {height_min}..{height_max} and "
+            f"width in {width_min}..{width_max}"
+        )
+        shared = {}  # no one range serves both sides: a reader of size_min/size_max would take a wrong one
     props = {
-        "size_min": low,
-        "size_max": high,
+        **shared,
+        "height_min": height_min,
+        "height_max": height_max,
+        "width_min": width_min,
+        "width_max": width_max,
         "size_multiple": SIZE_MULTIPLE,
         "valid_sizes": rule,
         "max_batch": max_batch,

@@ -11,6 +11,7 @@ from torch import nn
 
 from .backbone import SwinBackbone
 from .model import SwinTransformer
+from .pooling import check_pool
 from .registry import get_config, resolve_name
 
 __all__ = ["create_model"]
@@ -58,6 +59,7 @@ def create_model(
     out_indices: Sequence[int] | int | None = None,
     checkpoint_path: str | os.PathLike | None = None,
     optimize: bool | str | Any = False,
+    pretrained_cfg_overlay: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> SwinTransformer | SwinBackbone:
     """Build the registered architecture ``name`` (timm's names work as aliases).
@@ -78,22 +80,36 @@ def create_model(
             for the last n; returned in stage order; None: all four); ``frozen_stages`` and
             ``norm_eval`` pass through to the backbone as well.
         checkpoint_path: a checkpoint file (any supported layout) loaded after ``pretrained``, as timm's
-            ``checkpoint_path=``; its head must fit ``num_classes``.
+            ``checkpoint_path=``; its head must fit ``num_classes`` (and ``global_pool``): a head of another
+            size, or none where the model has one (or the reverse), is an error, as in timm. For a new head
+            of ``num_classes`` on a checkpoint's trunk, pass it as ``pretrained=PATH``.
         optimize: ``True`` (or a dtype: ``"bfloat16"``, ``torch.float32``, ...): return the model through
             :func:`swin.optimize`, the fastest inference version for this machine's CPU (compiled on its first
             call). For a GPU, build the model, move it (``.cuda()``) and call ``swin.optimize`` on it.
+        pretrained_cfg_overlay: as timm's: entries that replace those of ``model.pretrained_cfg`` (``mean``,
+            ``crop_pct``, ...); its ``num_classes`` and ``input_size`` are the model's defaults (an explicit
+            ``num_classes``/``in_chans``/``img_size`` wins), and with ``pretrained=True`` its ``state_dict``,
+            ``file`` or ``url`` (in that order) is what is loaded.
         **overrides: any :class:`swin.registry.SwinConfig` field (``num_classes=10``, ``img_size=384``,
-            ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier ``global_pool`` ("avg",
-            "max", "avgmax", "catavgmax", ""). As in timm, an override given as ``None`` is left out.
+            ``window_size=(8, 8)``, ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier
+            ``global_pool`` ("avg", "max", "avgmax", "catavgmax", ""; with ``features_only`` checked and
+            ignored, as timm does). As in timm, an override given as ``None`` is left out; timm's
+            ``dynamic_img_size=False`` and ``strict_img_size=True`` are its defaults and change nothing.
 
     Raises:
         KeyError: unknown name (the message lists the closest registered names).
         TypeError: an override that is not a config field, or of the wrong type; ``out_indices`` without
-            ``features_only``.
+            ``features_only``; a timm option these models do not take (the message says what to use).
+        ValueError: a checkpoint of another architecture; a ``checkpoint_path`` whose head does not fit the
+            model's (the message names both heads and what to pass).
     """
     # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
     overrides = {key: value for key, value in overrides.items() if value is not None}
+    _check_timm_options(overrides)
+    overlay = _overlay(pretrained_cfg_overlay, overrides, features_only)
+    source = _overlay_source(overlay, pretrained)
     arch, tag, pretrained = _split_tag(name, pretrained)
+    pretrained = pretrained if source is None else source
     canonical = resolve_name(arch)
     wanted = _check_pretrained(pretrained)
     named = None  # the manifest entry a tag in the name designates, when nothing is loaded from it
@@ -115,6 +131,7 @@ def create_model(
             "(the classifier has one output)"
         )
     if features_only:
+        check_pool(overrides.pop("global_pool", None))  # timm's classifier option: a backbone has no pooling
         backbone_args = {k: overrides.pop(k) for k in ("frozen_stages", "norm_eval", "semantics") if k in overrides}
         config = get_config(canonical).replace(**overrides)
         model = SwinBackbone(config, out_indices=(0, 1, 2, 3) if out_indices is None else out_indices, **backbone_args)
@@ -132,12 +149,92 @@ def create_model(
         if wanted:
             load_pretrained(model, canonical, pretrained, model_for=entry_model)
         if checkpoint_path is not None:
-            load_pretrained(model, canonical, _existing_file(checkpoint_path))
+            # loaded whole, as timm's strict load_checkpoint: a fine-tuned head that does not fit is an error, not
+            # an untrained head behind the file's features (a backbone has no head to fit)
+            path = _existing_file(checkpoint_path)
+            load_pretrained(model, canonical, path, head_must_fit=not features_only)
+    if overlay:
+        # timm's features_only models leave out the classifier's entries (its pretrained_cfg_for_features)
+        dropped = ("num_classes", "classifier", "global_pool") if features_only else ()
+        model.pretrained_cfg.update({k: v for k, v in overlay.items() if k not in dropped})
     if optimize is not False:
         from .optimized import optimize as make_fast
 
         return make_fast(model, dtype="auto" if optimize is True else optimize)
     return model
+
+
+# timm's own options that these models do not take, with what to use instead.
+_REFUSED = {
+    "proj_drop_rate": "proj_drop_rate is timm's dropout inside the blocks, apart from its head dropout (drop_rate); "
+    "here drop_rate is the official one dropout after the patch embedding, in every block and before the head: "
+    "pass drop_rate",
+    "output_fmt": "output_fmt is not an option of Swin models (timm's Swin refuses it too): features_only "
+    "outputs are NCHW; forward_intermediates(x, output_fmt='NHWC') gives NHWC maps",
+}
+# timm's input-size options: their defaults change nothing here, the other values are refused with why.
+_IMG_SIZE_DEFAULTS = {"dynamic_img_size": False, "strict_img_size": True}
+_IMG_SIZE_REFUSAL = (
+    "{option}={value!r}: these models already run at any input size, but not as timm's dynamic_img_size (which "
+    "keeps the windows and shifts of img_size): here a stage whose map is not larger than the window is not "
+    "shifted at that input's size, as the official code built at that size does. Build with img_size=(H, W) for "
+    "timm's outputs at H x W, and leave {option} out"
+)
+
+
+def _check_timm_options(overrides: dict[str, Any]) -> None:
+    """Refuse timm's options that these models do not take, naming the option and what to do; drop the
+    input-size options given at timm's defaults."""
+    for option, message in _REFUSED.items():
+        if option in overrides:
+            raise TypeError(message)
+    for option, default in _IMG_SIZE_DEFAULTS.items():
+        if option in overrides:
+            value = overrides.pop(option)
+            if value is not default:
+                raise ValueError(_IMG_SIZE_REFUSAL.format(option=option, value=value))
+
+
+def _overlay(overlay: Mapping[str, Any] | None, overrides: dict[str, Any], features_only: bool) -> dict[str, Any]:
+    """``pretrained_cfg_overlay`` as a dict; as timm, its ``num_classes`` and ``input_size`` become the defaults
+    of ``num_classes``, ``in_chans`` and ``img_size`` (timm's Swin configs have a fixed input size)."""
+    if overlay is None:
+        return {}
+    if not isinstance(overlay, Mapping):
+        raise TypeError(
+            f"pretrained_cfg_overlay expects a dict of pretrained_cfg entries, got {type(overlay).__name__}; "
+            "pass e.g. pretrained_cfg_overlay={'mean': (0.5, 0.5, 0.5)}"
+        )
+    overlay = dict(overlay)
+    if overlay.get("num_classes") is not None and not features_only:
+        overrides.setdefault("num_classes", overlay["num_classes"])
+    if overlay.get("input_size") is not None:
+        if len(overlay["input_size"]) != 3:
+            raise ValueError(f"pretrained_cfg_overlay input_size is (C, H, W), got {overlay['input_size']!r}")
+        channels, *size = overlay["input_size"]
+        overrides.setdefault("in_chans", channels)
+        overrides.setdefault("img_size", tuple(size))
+    return overlay
+
+
+def _overlay_source(overlay: dict[str, Any], pretrained: Any) -> Any:
+    """What ``pretrained=True`` loads from the overlay, in timm's order (``state_dict``, ``file``, ``url``), or
+    None: nothing asked for, or the overlay names no weights."""
+    if pretrained is False or pretrained is None:
+        return None
+    source = next((overlay[key] for key in ("state_dict", "file") if overlay.get(key)), None)
+    if source is None and overlay.get("hf_hub_id"):
+        raise ValueError(
+            "pretrained_cfg_overlay names hf_hub_id, but the Hugging Face Hub is not a source here; download "
+            "the checkpoint and pass pretrained_cfg_overlay={'file': PATH} (or pretrained=PATH)"
+        )
+    source = source if source is not None else overlay.get("url") or None
+    if source is not None and pretrained is not True:
+        raise ValueError(
+            f"pretrained={str(pretrained)[:40]!r} and pretrained_cfg_overlay's weights name two different weights; "
+            "pass pretrained=True to load the overlay's, or leave state_dict/file/url out of the overlay"
+        )
+    return source
 
 
 def entry_model(entry: Any) -> nn.Module:

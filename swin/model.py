@@ -144,3 +144,33 @@ class SwinTransformer(SwinTrunk):
 
     def get_classifier(self) -> nn.Module:
         return self.head
+
+    @property
+    def head_hidden_size(self) -> int:
+        """Width of what the head's linear layer takes (timm's attribute): ``num_features``, doubled by
+        "catavgmax" pooling."""
+        return pooled_features(self.num_features, self.global_pool)
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop what :meth:`forward_intermediates` for ``indices`` does not need, as timm's method of the name:
+        the stages after the last one asked for (and the patch merging that ends it), the final norm if
+        ``prune_norm`` or if stages went (it is sized for the last stage), and the head if ``prune_head`` or if
+        stages went (``num_classes`` 0, no pooling). Returns the stage indices to pass on."""
+        chosen = take_indices(len(self.layers), indices)
+        last = max(chosen)
+        prune_end = last < len(self.layers) - 1
+        if prune_norm or prune_end:
+            self.norm = nn.Identity()
+        if prune_end:
+            self.layers = self.layers[: last + 1]
+            self.layers[last].downsample = None  # its output would go to a stage that is gone
+            self.num_features = self.feature_info[last]["num_chs"]
+            kept = {"depths": self.config.depths[: last + 1], "num_heads": self.config.num_heads[: last + 1]}
+            if any(self.config.pretrained_window_sizes):
+                kept["pretrained_window_sizes"] = self.config.pretrained_window_sizes[: last + 1]
+            self.config = self.config.replace(**kept)
+        if prune_head or prune_end:
+            self.reset_classifier(0, "")
+        return chosen

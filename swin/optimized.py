@@ -8,7 +8,9 @@ What it does, in order of what pays:
 - **dtype** (``"auto"``): bfloat16 where the hardware multiplies it (CPUs with AMX-BF16 or AVX512-BF16, CUDA
   devices with bf16; float16 on older CUDA devices), float32 elsewhere: on a CPU without bf16 arithmetic (AVX2
   only) a bf16 matmul runs about 8x slower than float32. The weights are cast in place; inputs are cast to that
-  dtype and outputs back to the input's dtype, so the caller keeps passing float32 images.
+  dtype and outputs back to the input's dtype, so the caller keeps passing float32 images; the same for the
+  model's ``forward_features``, ``forward_head`` and ``forward_intermediates`` called on the optimized model
+  (those run eager).
 - **compile** (``True``): ``torch.compile`` with inductor's ``freezing``: the weights become constants of the
   graph, so linear weights are pre-packed (MKL or oneDNN on CPU) and pointwise work (bias + GELU, residual
   adds, LayerNorm) fuses into generated kernels. In float32 on a CPU where oneDNN's GEMM is the faster one (as
@@ -43,6 +45,7 @@ call) unless ``compile="force"``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -61,6 +64,9 @@ from .layers.window import pinning_window_plans, unpin_window_plans
 __all__ = ["FrozenCompiled", "OptimizedModel", "cpu_features", "fastest_dtype", "optimize"]
 
 _BUILDS = itertools.count()
+# The model's forward-like methods besides forward: reached through an OptimizedModel they take and return the
+# caller's dtype as a call does (timm's interface; a model without one of them still says so itself).
+_FORWARD_METHODS = ("forward_features", "forward_head", "forward_intermediates")
 _DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -230,13 +236,44 @@ class OptimizedModel(nn.Module):
         return parameter.dtype if parameter is not None else torch.float32
 
     def __getattr__(self, name: str) -> Any:
-        """The model's own attributes (``num_classes``, ``pretrained_cfg``, ``feature_info``, ...)."""
+        """The model's own attributes (``num_classes``, ``pretrained_cfg``, ``feature_info``, ...); its
+        ``forward_features``, ``forward_head`` and ``forward_intermediates`` cast as a call does (see
+        :meth:`_eager_method`)."""
         try:
             return super().__getattr__(name)
         except AttributeError:
             if name == "model":
                 raise
-            return getattr(self.model, name)
+            attribute = getattr(self.model, name)
+            if name in _FORWARD_METHODS and callable(attribute):
+                return self._eager_method(name, attribute)
+            return attribute
+
+    def _eager_method(self, name: str, method: Callable) -> Callable:
+        """``method`` of the model taking the caller's dtype as a call does: its tensor argument cast to the
+        weights' dtype, its outputs back to that argument's float dtype, without autograd. Eager, always: the
+        compiled graph is the model's ``forward``, so nothing frozen can go stale here, and hooks on submodules
+        see every call."""
+
+        @functools.wraps(method)
+        def run(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name} takes a torch.Tensor as its first argument, got {type(x).__name__}")
+            x, cast = self._cast_input(x)
+            with torch.no_grad():
+                return _map_tensors(method(x, *args, **kwargs), cast)
+
+        return run
+
+    def _cast_input(self, x: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+        """``x`` in the weights' dtype, and the cast of outputs back to its float dtype (float32 for integer
+        images), so that callers keep passing and receiving float32 whatever the model computes in."""
+        out_dtype = x.dtype if x.is_floating_point() else torch.float32
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(out_dtype) if t.is_floating_point() else t
+
+        return x.to(self.dtype), cast
 
     @property
     def pretrained_cfg(self) -> dict:
@@ -266,12 +303,7 @@ class OptimizedModel(nn.Module):
     def forward(self, x: torch.Tensor) -> Any:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor of images (B, C, H, W), got {type(x).__name__}")
-        out_dtype = x.dtype if x.is_floating_point() else torch.float32
-
-        def cast(t: torch.Tensor) -> torch.Tensor:
-            return t.to(out_dtype) if t.is_floating_point() else t
-
-        x = x.to(self.dtype)
+        x, cast = self._cast_input(x)
         with torch.no_grad():
             if not self.compiled:
                 if self.compile_mode and not self._warned:

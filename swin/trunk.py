@@ -201,6 +201,11 @@ class SwinTrunk(nn.Module):
         """timm's older name for :attr:`pretrained_cfg`."""
         return self.pretrained_cfg
 
+    @property
+    def embed_dim(self) -> int:
+        """Channels C of the first stage (timm's attribute)."""
+        return self.config.embed_dim
+
     # -- utilities --------------------------------------------------------------------------------------
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

@@ -330,3 +330,32 @@ def test_force_refuses_a_graph_break():
     with pytest.raises(RuntimeError, match="does not compile as one graph"):
         fast(torch.randn(1, 3, 64, 64))
     assert fast._compiled is None
+
+
+def test_forward_methods_take_and_return_the_callers_dtype():
+    """The model's forward_features, forward_head and forward_intermediates reached through the wrapper cast as
+    a call does: inputs to the weights' bf16, outputs back to the input's float32 (eager, with the weights as
+    they are now). Expected: the float32 model's own methods, within bf16 error."""
+    torch.manual_seed(0)
+    reference = swin.create_model("swin_t", depths=(1, 1, 1, 1)).eval()
+    ours = swin.create_model("swin_t", depths=(1, 1, 1, 1))
+    ours.load_state_dict(reference.state_dict())
+    fast = swin.optimize(ours, dtype="bfloat16", compile=False)
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        features = reference.forward_features(x)
+        expected = [
+            features,
+            reference.forward_head(features, pre_logits=True),
+            reference.forward_head(features),
+            *reference.forward_intermediates(x, indices=2, norm=True)[1],
+        ]
+    final, intermediates = fast.forward_intermediates(x, indices=2, norm=True)
+    got = [fast.forward_features(x), fast.forward_head(features, pre_logits=True), fast.forward_head(features)]
+    assert len(intermediates) == 2 and torch.equal(final, got[0])
+    for output, want in zip([*got, *intermediates], expected, strict=True):
+        assert output.dtype == torch.float32 and output.shape == want.shape and not output.requires_grad
+        assert relative_error(output, want) <= 1e-2
+    with pytest.raises(TypeError, match="forward_head takes a torch.Tensor"):
+        fast.forward_head(features.numpy())
+    assert fast.num_classes == 1000 and fast.forward_head.__doc__ == ours.forward_head.__doc__  # the model's own

@@ -197,3 +197,140 @@ def test_timm_layer_decay_groups_as_for_timms_swin():
         )
 
     assert groups(swin.create_model("swin_t", **SMALL)) == groups(timm.create_model(TIMM_T, **SMALL))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"indices": [0, 2]},
+        {"indices": [1], "prune_norm": True},
+        {"indices": 2, "prune_head": False},
+        {"indices": [3], "prune_norm": True, "prune_head": False},
+    ],
+)
+def test_prune_intermediate_layers_matches_timm(kwargs):
+    """Pruned the same way, both keep the same stages and head: same returned indices, attributes, state dict
+    and outputs (forward_intermediates, and forward: logits, or the last kept map without a head)."""
+    ours, theirs = _pair()
+    assert ours.prune_intermediate_layers(**kwargs) == theirs.prune_intermediate_layers(**kwargs)
+    for name in ("num_features", "head_hidden_size", "num_classes", "global_pool"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    theirs.load_state_dict(export(ours.state_dict(), "timm"))  # strict: the same parameters are left
+    indices = kwargs.get("indices", 1)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        final, inter = ours.forward_intermediates(x, indices=indices, norm=True)
+        their_final, their_inter = theirs.forward_intermediates(x, indices=indices, norm=True)
+        got, expected = ours(x), theirs(x)
+    for mine, reference in zip(inter, their_inter, strict=True):
+        torch.testing.assert_close(mine, reference, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(final, their_final.permute(0, 3, 1, 2), atol=1e-4, rtol=1e-4)
+    if expected.ndim == 4:  # no head: timm's map is NHWC, ours NCHW
+        expected = expected.permute(0, 3, 1, 2)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("global_pool", ["avg", "catavgmax", ""])
+def test_head_hidden_size_and_embed_dim_match_timm(global_pool):
+    ours, theirs = _pair(global_pool)
+    assert (ours.head_hidden_size, ours.embed_dim) == (theirs.head_hidden_size, theirs.embed_dim)
+    ours.reset_classifier(0, "catavgmax")
+    theirs.reset_classifier(0, "catavgmax")
+    assert ours.head_hidden_size == theirs.head_hidden_size
+
+
+@pytest.mark.parametrize("kwargs", [{"window_size": (8, 8)}, {"window_size": (8, 6)}, {"window_size": [6, 8]}])
+def test_window_size_pair_computes_like_timm(kwargs):
+    """timm takes window_size as (height, width): the same windows per stage and the same logits."""
+    ours, theirs = _pair(**kwargs)
+    with torch.no_grad():
+        for name, parameter in ours.named_parameters():  # off zero: tables of the wrong shape would not load
+            if name.endswith("relative_position_bias_table"):
+                parameter.normal_()
+        theirs.load_state_dict(export(ours.state_dict(), "timm"))
+        x = torch.randn(2, 3, 224, 224)
+        torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)
+    assert [stage.window for stage in ours.layers] == [stage.blocks[1].window_size for stage in theirs.layers]
+    assert ours.config.window_size == (8 if kwargs["window_size"] == (8, 8) else tuple(kwargs["window_size"]))
+
+
+def test_window_size_per_stage_is_refused():
+    with pytest.raises(TypeError, match=r"window_size.*\(height, width\) pair.*per-stage"):
+        swin.create_model("swin_t", window_size=(7, 7, 7, 7))
+    with pytest.raises(ValueError, match="window_size must be a positive integer"):
+        swin.create_model("swin_t", window_size=(8, 0))
+
+
+OVERLAY = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "crop_pct": 1.0, "input_size": (3, 256, 256)}
+
+
+@pytest.mark.parametrize("overlay", [OVERLAY, {**OVERLAY, "num_classes": 10}, {"interpolation": "bilinear"}])
+def test_pretrained_cfg_overlay_merges_like_timm(overlay):
+    """timm merges the overlay into the pretrained config, whose num_classes and input_size become the model's."""
+    ours, theirs = _pair(pretrained_cfg_overlay=overlay)
+    assert resolve_model_data_config(ours) == resolve_model_data_config(theirs)
+    for key in overlay:
+        assert ours.pretrained_cfg[key] == theirs.pretrained_cfg[key], key
+    assert ours.num_classes == theirs.num_classes
+    x = torch.randn(1, 3, *theirs.pretrained_cfg["input_size"][1:])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)
+    explicit = swin.create_model("swin_t", num_classes=3, pretrained_cfg_overlay=overlay, **SMALL)
+    reference = timm.create_model(TIMM_T, num_classes=3, pretrained_cfg_overlay=overlay, **SMALL)
+    assert explicit.num_classes == reference.num_classes
+
+
+def test_pretrained_cfg_overlay_file_is_what_pretrained_loads(tmp_path):
+    torch.manual_seed(2)
+    source = timm.create_model(TIMM_T, **SMALL).eval()
+    path = tmp_path / "mine.pth"
+    torch.save(source.state_dict(), path)
+    overlay = {"file": str(path)}
+    ours = swin.create_model("swin_t", pretrained=True, pretrained_cfg_overlay=overlay, **SMALL).eval()
+    theirs = timm.create_model(TIMM_T, pretrained=True, pretrained_cfg_overlay=overlay, **SMALL).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)
+    assert ours.pretrained_cfg["file"] == theirs.pretrained_cfg["file"]
+    with pytest.raises(ValueError, match="two different weights"):
+        swin.create_model("swin_t", pretrained="ms_in1k", pretrained_cfg_overlay=overlay, **SMALL)
+
+
+def test_features_only_accepts_classifier_options_as_timm():
+    """timm builds its features_only model from the classifier, so it takes and ignores global_pool and
+    num_classes; so does ours (the same maps), and a pooling that is not one is still an error."""
+    kwargs = {"global_pool": "avg", "num_classes": 10, **SMALL}
+    theirs = timm.create_model(TIMM_T, features_only=True, **kwargs)
+    ours = swin.create_model("swin_t", features_only=True, **kwargs)
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert [o.shape for o in ours(x)] == [o.permute(0, 3, 1, 2).shape for o in theirs(x)]
+    assert ours.feature_info.channels() == theirs.feature_info.channels()
+    with pytest.raises(ValueError, match="not a pooling"):
+        swin.create_model("swin_t", features_only=True, global_pool="mean", **SMALL)
+
+
+def test_timm_input_size_options():
+    """timm's dynamic_img_size keeps the shifts of img_size at other sizes; ours shifts as a model built at the
+    input's size, so it is refused (the message says so); the defaults build the usual model."""
+    ours, built_at_224 = _pair()
+    x = torch.randn(1, 3, 256, 256)
+    dynamic = timm.create_model(TIMM_T, dynamic_img_size=True, **SMALL).eval()
+    dynamic.load_state_dict(built_at_224.state_dict())
+    built_at_256 = timm.create_model(TIMM_T, img_size=256, **SMALL).eval()
+    built_at_256.load_state_dict(built_at_224.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), built_at_256(x), atol=1e-4, rtol=1e-4)
+        assert not torch.allclose(ours(x), dynamic(x), atol=1e-3)
+    for option, value in (("dynamic_img_size", True), ("strict_img_size", False)):
+        with pytest.raises(ValueError, match=rf"{option}={value}.*any input size.*img_size=\(H, W\)"):
+            swin.create_model("swin_t", **{option: value})
+    plain = swin.create_model("swin_t", **SMALL).config
+    assert swin.create_model("swin_t", dynamic_img_size=False, strict_img_size=True, **SMALL).config == plain
+
+
+@pytest.mark.parametrize(("option", "pattern"), [("proj_drop_rate", "pass drop_rate"), ("output_fmt", "NCHW")])
+def test_timm_options_swin_does_not_take_are_named(option, pattern):
+    with pytest.raises(TypeError, match=rf"{option}.*{pattern}"):
+        swin.create_model("swin_t", **{option: 0.1 if option == "proj_drop_rate" else "NHWC"})

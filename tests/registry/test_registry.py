@@ -35,7 +35,7 @@ def test_aliases():
     assert resolve_name("swin_base_patch4_window12_384") == "swin_b_384"
 
 
-def test_register_from_yaml(tmp_path):
+def test_register_from_yaml(registry, tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text(
         "swin_mini_test:\n  embed_dim: 32\n  depths: [1, 1, 2, 1]\n  num_heads: [1, 2, 4, 8]\n"
@@ -141,3 +141,11 @@ def test_bad_fields_are_refused_when_registered(registry, fields, message):
 def test_fields_beside_a_config_are_an_error(registry):
     with pytest.raises(TypeError, match="give the fields in it"):
         swin.register_model(swin.get_config("swin_t").replace(name="mine"), embed_dim=16)
+
+
+def test_a_models_file_that_is_not_text_is_named(registry, tmp_path):
+    """A binary file given as the models file: the error names the file (it said only the codec's complaint)."""
+    path = tmp_path / "models.yaml"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ValueError, match=r"models\.yaml: not a YAML text file"):
+        swin.register_model(path)
