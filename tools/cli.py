@@ -101,13 +101,32 @@ def _register_model_files(paths: list[str]) -> None:
     from_env = [p for p in os.environ.get(MODELS_ENV, "").split(os.pathsep) if p]
     if not from_env and not paths:
         return
+    import yaml
+
     from ..registry import register_model
 
     for path in [*from_env, *paths]:
         origin = f"${MODELS_ENV}" if path in from_env else "--models-file"
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{origin}: {path} is not a file; give the path of a YAML file of architectures")
-        register_model(path, overwrite=True)
+        try:
+            register_model(path, overwrite=True)
+        except yaml.YAMLError as error:  # the user's file, not our failure: say where it breaks
+            raise ValueError(f"{origin} {path}: not valid YAML {_yaml_problem(error)}; fix the file") from None
+
+
+def _yaml_problem(error: Exception) -> str:
+    """Where and what a YAML syntax error is: ``at line 3, column 11: ...`` (lines counted from 1)."""
+
+    def at(mark) -> str:
+        return f"at line {mark.line + 1}, column {mark.column + 1}"
+
+    problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
+    if problem is None or mark is None:  # a reader error (bytes that are not text) or another kind
+        return ": " + " ".join(str(error).split())
+    context, start = getattr(error, "context", None), getattr(error, "context_mark", None)
+    opened = f" ({context} {at(start)})" if context and start is not None else ""
+    return f"{at(mark)}: {problem}{opened}"
 
 
 def _one_line(error: BaseException, limit: int = 600) -> str:

@@ -38,9 +38,40 @@ def _size_range(text: str | None, static: bool) -> tuple[int, int] | None:
     return low, high
 
 
+def _is_program(path: str) -> bool:
+    """Whether ``path`` names a torch.export program (``.pt2``, in any case) rather than an ONNX file."""
+    return path.lower().endswith(".pt2")
+
+
+def _weights_named(args) -> str | None:
+    """What to load: --weights, or the tag of ``NAME.TAG`` (as ``create_model(NAME.TAG, pretrained=True)``);
+    None with --random-weights or when nothing names weights. A tag and a --weights naming other weights are
+    refused rather than one of them silently ignored."""
+    arch, dot, tag = args.name.partition(".")
+    if not dot or args.random_weights:
+        return args.weights
+    if args.weights is None or _same_tag(args.weights, arch, tag):
+        return tag
+    raise ValueError(
+        f"{args.name} and --weights {args.weights} name two different weights; export {args.name} without "
+        f"--weights, or {arch} --weights {args.weights}"
+    )
+
+
+def _same_tag(weights: str, arch: str, tag: str) -> bool:
+    """Whether --weights ``weights`` is ``tag`` of ``arch``, written TAG or ARCH.TAG (a timm alias works)."""
+    if weights == tag:
+        return True
+    other, dot, other_tag = weights.partition(".")
+    try:
+        return bool(dot) and other_tag == tag and resolve_name(other) == resolve_name(arch)
+    except KeyError:  # not an architecture's name: a file or URL
+        return False
+
+
 def _check_options(args) -> None:
     """Refuse, before any weights are read, options that contradict each other."""
-    if args.static and args.output.endswith(".pt2"):
+    if args.static and _is_program(args.output):
         raise ValueError(
             "--static is for ONNX (.onnx) output only: a .pt2 program always has a dynamic batch, height and "
             "width; narrow it with --size-range MIN,MAX and --max-batch N, or write a .onnx file for a fixed shape"
@@ -51,7 +82,7 @@ def _check_options(args) -> None:
 
 def _check_output(path: str, inputs: list[str]) -> None:
     """Refuse, before minutes of tracing, an output the command cannot or must not write."""
-    if not path.endswith((".onnx", ".pt2")):
+    if not path.lower().endswith((".onnx", ".pt2")):
         raise ValueError(f"output {path!r} must end in .onnx (ONNX) or .pt2 (torch.export program)")
     check_output(path, inputs)
 
@@ -59,13 +90,13 @@ def _check_output(path: str, inputs: list[str]) -> None:
 def _metadata(args, model, weights) -> dict[str, Any]:
     """What a runtime needs besides the graph: the weights and, when they say it, their preprocessing."""
     metadata: dict[str, Any] = {"model": resolve_name(args.name.partition(".")[0]), "weights": "random"}
+    if not args.features_only:
+        metadata["num_classes"] = model.num_classes
     if weights is None:
         return metadata  # random weights: no preprocessing is theirs
     from ..weights.data_config import data_config
 
     metadata.update(weights=os.path.basename(weights.name), layout=weights.layout)
-    if not args.features_only:
-        metadata["num_classes"] = model.num_classes
     config = preprocessing_for(metadata["model"], weights.entry, weights.layout) or data_config(model)
     metadata.update({key: config[key] for key in _PREPROCESSING if config.get(key) is not None})
     return metadata
@@ -74,14 +105,15 @@ def _metadata(args, model, weights) -> dict[str, Any]:
 def cmd_export(args) -> int:
     import torch
 
-    if args.weights is None and not args.random_weights:
+    named = _weights_named(args)
+    if named is None and not args.random_weights:
         print(
-            "swin export: no weights given: pass --weights TAG|FILE|URL (e.g. --weights ms_in1k), or "
-            "--random-weights to export the architecture with random initial weights",
+            "swin export: no weights given: pass --weights TAG|FILE|URL (e.g. --weights ms_in1k) or a tag in the "
+            "name (swin_t.ms_in1k), or --random-weights to export the architecture with random initial weights",
             file=sys.stderr,
         )
         return 2
-    local = [args.weights] if args.weights and os.path.isfile(args.weights) else []
+    local = [named] if named and os.path.isfile(named) else []
     _check_output(args.output, local)
     _check_options(args)
     batch = args.max_batch or (2 if args.static else 64)
@@ -90,7 +122,7 @@ def cmd_export(args) -> int:
     low, high = check_size_range(skeleton, _size_range(args.size_range, args.static))
 
     arch = resolve_name(args.name.partition(".")[0])
-    weights = load_weights(arch, args.weights, model_for=entry_model) if args.weights else None
+    weights = load_weights(arch, named, model_for=entry_model) if named else None
     overrides: dict[str, Any] = {}
     if weights is not None and not args.features_only:
         if weights.num_classes is None:
@@ -102,13 +134,15 @@ def cmd_export(args) -> int:
         args.name, pretrained=weights.state if weights else False, features_only=args.features_only, **overrides
     )
     with atomic_output(args.output, local) as temporary:
-        if args.output.endswith(".pt2"):
+        if _is_program(args.output):
             torch.export.save(export_program(model, batch, (low, high)), temporary)
         else:
             metadata = _metadata(args, model, weights)
             export_onnx(model, temporary, batch, (low, high), dynamic=not args.static, metadata=metadata)
     kind = "backbone" if args.features_only else "classifier"
     described = f"weights {weights.name}" if weights else "RANDOM weights (--random-weights)"
+    if weights is None and "." in args.name and not args.features_only:  # the tag gave the head its size
+        described += f" with the head of {args.name} ({model.num_classes} classes)"
     if args.static:
         side = example_size(model, (low, high))
         shape = f"static input {batch}x{model.in_chans}x{side}x{side}"
@@ -127,8 +161,12 @@ def register(sub) -> None:
         "stage changes between one window and several); the file refuses other sizes when run, and an ONNX file "
         "carries its range and the weights' preprocessing in its metadata.",
     )
-    p.add_argument("name", help="registered model name, e.g. swin_t")
-    p.add_argument("output", help="output file: .onnx, or .pt2 for a torch.export program")
+    p.add_argument(
+        "name",
+        help="registered model name, e.g. swin_t, or NAME.TAG (swin_t.ms_in22k): that tag's weights, or with "
+        "--random-weights random ones with the tag's head size (21841 classes for ms_in22k)",
+    )
+    p.add_argument("output", help="output file: .onnx, or .pt2 for a torch.export program (either case)")
     p.add_argument("--features-only", action="store_true", help="export the multi-scale backbone")
     weights = p.add_mutually_exclusive_group()
     weights.add_argument(
@@ -136,10 +174,14 @@ def register(sub) -> None:
         "--pretrained",
         dest="weights",
         metavar="TAG|FILE|URL",
-        help="weights to export: a pretrained tag (ms_in1k), a checkpoint file or an http(s) URL",
+        help="weights to export: a pretrained tag (ms_in1k), a checkpoint file or an http(s) URL (default: the tag "
+        "of NAME.TAG; other weights than that tag are refused)",
     )
     weights.add_argument(
-        "--random-weights", action="store_true", help="export with random initial weights (for testing a pipeline)"
+        "--random-weights",
+        action="store_true",
+        help="export with random initial weights (for testing a pipeline); with NAME.TAG, the head has the tag's "
+        "classes",
     )
     p.add_argument(
         "--max-batch",

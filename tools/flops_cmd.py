@@ -61,8 +61,9 @@ def _sizes(value: str) -> list[tuple[int, int]]:
         ) from None
 
 
-# --window: the window of the model counted; --measure-time: how many forwards are timed
-_window = whole_number(1, says="--window must be a positive integer (e.g. 7 or 12)")
+# --window: the window of the model counted, at most MAX_WINDOW; --measure-time: how many forwards are timed
+MAX_WINDOW = 1024  # stage 1's map side at a 4096 input; far larger windows overflow the counted forward's sizes
+_window = whole_number(1, MAX_WINDOW, says=f"--window must be a positive integer up to {MAX_WINDOW} (e.g. 7 or 12)")
 _repeats = whole_number(
     1,
     says="--measure-time takes an optional number of timed forwards (e.g. 5)",
@@ -82,6 +83,18 @@ def _gap(report: dict) -> str:
 # -- one size ---------------------------------------------------------------------------------------------
 
 
+def _columns(columns: list[tuple[str, int, str]], rows: list[list[str]]) -> list[str]:
+    """The heading line and ``rows``, each cell aligned (``<`` or ``>``) in its column's width, widened where
+    a cell needs it so that one space at least always parts two columns (swin_l's MSA at 4096 has 12 digits)."""
+    widths = [max(width, *(len(row[i]) + 1 for row in rows)) for i, (_, width, _) in enumerate(columns)]
+    lines = [[heading for heading, _, _ in columns], *rows]
+    aligns = [align for _, _, align in columns]
+    return [
+        "".join(f"{cell:{align}{width}}" for cell, align, width in zip(line, aligns, widths, strict=True)).rstrip()
+        for line in lines
+    ]
+
+
 def _table(report: dict, units: _Units) -> str:
     out = []
     padded = " (padded to window multiples)" if report["padded"] else ""
@@ -96,36 +109,50 @@ def _table(report: dict, units: _Units) -> str:
         "MSA = 4hwC^2 + 2(hw)^2 C, W-MSA = 4hwC^2 + 2M^2 hwC"
     )
     pad = report["padded"]
-    header = (
-        f"{'stage':<6}{'tokens h x w':<14}"
-        + (f"{'padded to':<11}" if pad else "")
-        + f"{'window':<8}{'C':>5}{'depth':>7}"
-        f"{'MSA':>11}{'W-MSA':>10}{'MSA/W-MSA':>11}{'W-MSA padded':>14}{'measured':>10}"
-    )
-    out.append(header)
-    for s in report["stages"]:
-        out.append(
-            f"{s['stage']:<6}{_hw(s['resolution']):<14}"
-            + (f"{_hw(s['padded_resolution']):<11}" if pad else "")
-            + f"{_hw(s['window']):<8}{s['channels']:>5}{s['depth']:>7}"
-            f"{units.g(s['msa_macs']):>11}{units.g(s['wmsa_macs']):>10}{s['ratio']:>10.2f}x"
-            f"{units.g(s['wmsa_macs_padded']):>14}{units.g(s['wmsa_macs_measured']):>10}"
-        )
+    # (heading, width, align): the widths of the usual sizes; a wider figure widens its column (_columns)
+    stage_columns = [
+        ("stage", 6, "<"),
+        ("tokens h x w", 14, "<"),
+        *([("padded to", 11, "<")] if pad else []),
+        ("window", 8, "<"),
+        ("C", 5, ">"),
+        ("depth", 7, ">"),
+        ("MSA", 11, ">"),
+        ("W-MSA", 10, ">"),
+        ("MSA/W-MSA", 11, ">"),
+        ("W-MSA padded", 14, ">"),
+        ("measured", 10, ">"),
+    ]
+    rows = [
+        [
+            str(s["stage"]),
+            _hw(s["resolution"]),
+            *([_hw(s["padded_resolution"])] if pad else []),
+            _hw(s["window"]),
+            str(s["channels"]),
+            str(s["depth"]),
+            units.g(s["msa_macs"]),
+            units.g(s["wmsa_macs"]),
+            f"{s['ratio']:.2f}x",
+            units.g(s["wmsa_macs_padded"]),
+            units.g(s["wmsa_macs_measured"]),
+        ]
+        for s in report["stages"]
+    ]
     msa = sum(s["msa_macs"] for s in report["stages"])
     wmsa = sum(s["wmsa_macs"] for s in report["stages"])
     wmsa_padded = sum(s["wmsa_macs_padded"] for s in report["stages"])
     measured = [s["wmsa_macs_measured"] for s in report["stages"]]
-    out.append(
-        f"{'all':<{28 + (11 if pad else 0)}}{'':>12}{units.g(msa):>11}{units.g(wmsa):>10}{msa / wmsa:>10.2f}x"
-        f"{units.g(wmsa_padded):>14}{units.g(None if None in measured else sum(measured)):>10}"
-    )
+    totals = [units.g(msa), units.g(wmsa), f"{msa / wmsa:.2f}x", units.g(wmsa_padded)]
+    totals.append(units.g(None if None in measured else sum(measured)))
+    rows.append(["all", *[""] * (len(stage_columns) - 1 - len(totals)), *totals])
+    out += _columns(stage_columns, rows)
     out.append("")
     out.append(f"Whole model, G{units.name}")
-    out.append(f"{'part':<14}{'analytic':>10}{'measured':>10}")
-    for part in report["parts"]:
-        out.append(f"{part['part']:<14}{units.g(part['analytic']):>10}{units.g(part['measured']):>10}")
     macs = report["macs"]
-    out.append(f"{'total':<14}{units.g(macs['analytic']):>10}{units.g(macs['measured']):>10}")
+    parts = [[part["part"], units.g(part["analytic"]), units.g(part["measured"])] for part in report["parts"]]
+    parts.append(["total", units.g(macs["analytic"]), units.g(macs["measured"])])
+    out += _columns([("part", 14, "<"), ("analytic", 10, ">"), ("measured", 10, ">")], parts)
     out.append("")
     out.append(f"with W-MSA (the paper's count): {units.g(macs['ideal'])} G{units.name}")
     if report["padded"]:
@@ -355,8 +382,9 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int 
     """Draw cost against pixels into ``path`` (PNG, SVG or PDF by its extension), in two panels.
 
     Left, log-log: on such axes every power law is a straight line, so dotted guides of slope 1 (linear)
-    and slope 2 (quadratic) through the first point show which one each curve follows. Right: how many
-    times global MSA costs W-MSA, which grows with the image (a constant for two linear costs).
+    and slope 2 (quadratic) from the smallest size's MSA point, labelled at the largest size, show which one
+    each curve follows. Right: how many times global MSA costs W-MSA, which grows with the image (a constant
+    for two linear costs). The sizes are drawn in order of pixels, whatever the order of ``reports``.
     """
     plot_format(path)
     try:
@@ -367,6 +395,8 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int 
     except ImportError:
         raise ImportError(f"--plot needs matplotlib, which is not installed: {_PLOT_HINT}") from None
     units = _Units(as_flops)
+    # joined in the order given, 224,800x1333,64x2048 would double back: each curve runs by pixel count
+    reports = sorted(reports, key=lambda r: r["img_size"][0] * r["img_size"][1])
     pixels = [r["img_size"][0] * r["img_size"][1] / 1e6 for r in reports]
 
     def series(key: str) -> list[float]:
@@ -379,7 +409,7 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int 
     if all(r["macs"]["measured"] is not None for r in reports):
         cost.plot(pixels, series("measured"), "x", color="black", markersize=9, label="measured forward")
     for slope, style in ((1, "slope 1 (linear)"), (2, "slope 2 (quadratic)")):
-        base = series("msa")[0]  # both guides from the first MSA point: MSA bends from one toward the other
+        base = series("msa")[0]  # both guides from the smallest size's MSA point: MSA bends from one toward the other
         guide = [base * (x / pixels[0]) ** slope for x in pixels]
         cost.plot(pixels, guide, ":", color="grey", linewidth=1)
         cost.annotate(
@@ -423,6 +453,22 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int 
 # -- the command ------------------------------------------------------------------------------------------
 
 
+def _refuse_img_size(args) -> None:
+    """--img-size beside --sweep or --plot: the sweep's sizes are the sizes counted, so say where to put it."""
+    size = _hw(args.img_size)
+    if args.sweep:
+        sizes = ",".join(str(h) if h == w else f"{h}x{w}" for h, w in [*args.sweep, args.img_size])
+        raise ValueError(
+            f"--img-size does not apply to --sweep, which gives the sizes itself; add {size} to the sweep "
+            f"(--sweep {sizes}) or drop --sweep to count one size"
+        )
+    default = ",".join(map(str, DEFAULT_SWEEP))
+    raise ValueError(
+        f"--img-size does not apply to --plot, which draws a sweep (by default of {default}); "
+        f"give its sizes with --sweep, each H or HxW (e.g. --sweep 224,{size}), or drop --plot to count one size"
+    )
+
+
 def cmd_flops(args) -> int:
     name = resolve_name(args.name)
     measure = not args.no_measure
@@ -431,12 +477,9 @@ def cmd_flops(args) -> int:
             from .stage_time import cmd_stage_time
 
             return cmd_stage_time(args, name)
+        if args.img_size is not None and (args.sweep or args.plot):
+            _refuse_img_size(args)
         if args.plot:
-            if args.img_size is not None:
-                raise ValueError(
-                    "--img-size does not apply to --plot, which draws a sweep of square sizes; "
-                    "give them with --sweep 224,512,1024 (or drop --plot for one size)"
-                )
             plot_format(args.plot)  # before the sweep, which takes a while
         if args.sweep or args.plot:
             reports = sweep(name, args.sweep or list(DEFAULT_SWEEP), args.window, args.semantics, measure)
@@ -475,18 +518,27 @@ def register(sub) -> None:
     )
     p.add_argument("name", help="registered name or timm alias, e.g. swin_t")
     p.add_argument("--img-size", type=_size, default=None, metavar="H[,W]", help="input size (default: native)")
-    p.add_argument("--window", type=_window, default=None, metavar="M", help="build with window_size=M")
+    p.add_argument(
+        "--window", type=_window, default=None, metavar="M", help=f"build with window_size=M (1..{MAX_WINDOW})"
+    )
     p.add_argument(
         "--semantics", choices=("classification", "detection"), default="classification", help="padding rules"
     )
-    p.add_argument("--sweep", type=_sizes, default=None, metavar="224,512,1024", help="cost against image size")
+    p.add_argument(
+        "--sweep",
+        type=_sizes,
+        default=None,
+        metavar="224,512,1024",
+        help="cost against image size, each H or HxW (instead of --img-size)",
+    )
     p.add_argument(
         "--format", choices=("table", "markdown", "json", "csv"), default="table", help="output format (default: table)"
     )
     p.add_argument(
         "--plot",
         metavar="FILE",
-        help="draw the sweep (default sizes without --sweep) into FILE.png, .svg or .pdf; needs matplotlib",
+        help="draw the sweep (default sizes without --sweep) into FILE.png, .svg or .pdf, the sizes joined in order "
+        "of pixels; needs matplotlib",
     )
     from .figure import MAX_DPI, parse_dpi
 

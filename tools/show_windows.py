@@ -187,9 +187,10 @@ def _shift_reason(rules, size: tuple[int, int], window: tuple[int, int], shift: 
     return f"shift {shift[0]}x{shift[1]} ({'; '.join(parts)}; {why})"
 
 
-def _window_reason(rules, size: tuple[int, int], window: tuple[int, int], window_size: int) -> str:
-    if tuple(window) != (window_size, window_size):
-        return f"window {window[0]}x{window[1]}: shrunk from {window_size} to the map ({rules.name} semantics)"
+def _window_reason(rules, size: tuple[int, int], window: tuple[int, int], configured: tuple[int, int]) -> str:
+    if tuple(window) != tuple(configured):
+        shown = configured[0] if configured[0] == configured[1] else f"{configured[0]}x{configured[1]}"
+        return f"window {window[0]}x{window[1]}: shrunk from {shown} to the map ({rules.name} semantics)"
     return f"window {window[0]}x{window[1]}"
 
 
@@ -233,7 +234,7 @@ def stage_layout(
         stages=stages,
         block=2 if shifted else 1,
         layout=layout_for(*map_size, window, shift, rules.pad_first),
-        window_reason=_window_reason(rules, map_size, window, config.window_size),
+        window_reason=_window_reason(rules, map_size, window, config.window),
         shift_reason=_shift_reason(rules, map_size, window, shift, depth),
     )
 

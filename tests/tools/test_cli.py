@@ -36,3 +36,14 @@ def test_console_script():
         pytest.skip("the swin console script is not on PATH (package not installed)")
     result = subprocess.run([exe, "info", "swin_t", "--format", "json"], capture_output=True, text=True, check=True)
     assert json.loads(result.stdout)["params"] == PUBLISHED["swin_t"]
+
+
+def test_malformed_models_file_is_a_user_error(tmp_path, capsys):
+    """A YAML syntax error is the file's, not an internal failure: its path and line, no exception name."""
+    path = tmp_path / "broken.yaml"
+    path.write_text("my_swin:\n  embed_dim: 96\n  depths: [2, 2\n")
+    assert main(["--models-file", str(path), "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"swin list: --models-file {path}: not valid YAML at line 4") and err.count("\n") == 1, err
+    assert "(while parsing a flow sequence at line 3, column 11)" in err  # where the unclosed list opens
+    assert "Error" not in err and "SWIN_DEBUG" not in err

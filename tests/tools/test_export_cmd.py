@@ -116,3 +116,63 @@ def test_readme_states_the_backbone_ranges():
         assert backbone.layers[0].window[0] == window
         low, high = dynamic_size_range(backbone)
         assert f"{low}-{high} at window {window}" in readme
+
+
+@pytest.fixture
+def fake_onnx(monkeypatch):
+    """export_onnx replaced by one that records the model and writes a stand-in file (no minutes of tracing)."""
+    exported = []
+
+    def export(model, path, *args, **kwargs):
+        exported.append((model, kwargs.get("metadata")))
+        Path(path).write_bytes(b"onnx")
+
+    monkeypatch.setattr(export_cmd, "export_onnx", export)
+    return exported
+
+
+@pytest.mark.parametrize("output", ["M.ONNX", "m.Onnx", "M.PT2"])
+def test_extension_case_does_not_matter(checkpoint, tmp_path, capsys, fake_onnx, output):
+    """``M.ONNX`` used to be refused ("must end in .onnx"); ``M.PT2`` must still be a torch.export program."""
+    name, _, weights = checkpoint
+    path = tmp_path / output
+    assert main(["export", name, str(path), "--weights", str(weights), "--max-batch", "1"]) == 0, capsys.readouterr()
+    assert f"wrote {path}" in capsys.readouterr().out
+    if output.lower().endswith(".pt2"):
+        assert not fake_onnx and torch.export.load(str(path)).module()(torch.randn(1, 3, 64, 64)).shape == (1, 10)
+    else:
+        assert len(fake_onnx) == 1 and path.read_bytes() == b"onnx"
+
+
+@pytest.mark.parametrize("weights", [[], ["--weights", "ms_in22k"], ["--weights", "swin_t.ms_in22k"]])
+def test_a_tag_in_the_name_names_the_weights(tmp_path, capsys, monkeypatch, fake_onnx, weights):
+    """``swin export swin_t.ms_in22k`` loads that tag's weights (as create_model(..., pretrained=True) does):
+    offline with an empty cache, the error names where that tag's file may be placed."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SWIN_HOME", str(home))
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    status = main(["export", "swin_t.ms_in22k", str(tmp_path / "m.onnx"), *weights])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and "no weights given" not in err, err
+    assert "swin_t.ms_in22k is not in the cache" in err and str(home / "weights" / "swin_t.ms_in22k") in err
+    assert not fake_onnx and not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("weights", ["ms_in1k", "swin_t.ms_in1k", "elsewhere.pth"])
+def test_a_tag_and_other_weights_are_refused(tmp_path, capsys, no_work, weights):
+    err = _refused(["swin_t.ms_in22k", str(tmp_path / "m.onnx"), "--weights", weights], capsys)
+    assert f"swin_t.ms_in22k and --weights {weights} name two different weights" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_random_weights_with_a_tag_take_its_head(tmp_path, capsys, fake_onnx):
+    """--random-weights with ``swin_t.ms_in22k``: random weights in the tag's shape (a 21841-class head), as
+    create_model("swin_t.ms_in22k") builds; said in the output, where it used to pass without a word."""
+    path = tmp_path / "m.onnx"
+    assert (
+        main(["export", "swin_t.ms_in22k", str(path), "--random-weights", "--static", "--size-range", "224,224"]) == 0
+    )
+    out = capsys.readouterr().out
+    ((model, metadata),) = fake_onnx
+    assert model.num_classes == 21841 and metadata["num_classes"] == 21841 and metadata["weights"] == "random"
+    assert "RANDOM weights (--random-weights) with the head of swin_t.ms_in22k (21841 classes)" in out

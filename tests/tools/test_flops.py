@@ -266,3 +266,91 @@ def test_interrupted_plot_leaves_the_old_file_and_no_partial_one(capsys, tmp_pat
     assert code == 130 and "interrupted" in err
     assert out.read_bytes() == b"the previous plot"
     assert [p.name for p in tmp_path.iterdir()] == ["cost.svg"]
+
+
+def test_large_sizes_keep_the_columns_apart(capsys):
+    """At 4096 stage 1's MSA needs more than its column's width: it must not run into the depth before it."""
+    code, out, _ = run(capsys, "swin_l", "--img-size", "4096", "--flops", "--no-measure")
+    assert code == 0
+    code, text, _ = run(capsys, "swin_l", "--img-size", "4096", "--no-measure", "--format", "json")
+    report = json.loads(text)
+    lines = out.splitlines()
+    rows = lines[lines.index(next(line for line in lines if line.startswith("stage "))) + 1 :][:5]
+    for row, stage in zip(rows, report["stages"], strict=False):
+        fields = row.split()
+        assert len(fields) == 11, row  # stage, tokens, padded to, window, C, depth, MSA, W-MSA, ratio, padded, measured
+        assert fields[5] == str(stage["depth"]) and fields[6] == f"{2 * stage['msa_macs'] / 1e9:.3f}", row
+    assert len(rows[4].split()) == 6 and rows[4].startswith("all ")  # all, MSA, W-MSA, ratio, padded, measured
+    parts = lines[lines.index("part            analytic  measured") + 1 :]
+    names = [part["part"] for part in report["parts"]] + ["total"]
+    assert [line.rsplit(maxsplit=2)[0] for line in parts[: len(names)]] == names  # "stage 1", then two figures
+
+
+def test_img_size_with_sweep_is_refused(capsys, monkeypatch):
+    """--sweep gives the sizes: an --img-size beside it used to be ignored without a word."""
+    monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    code, out, err = run(capsys, "swin_t", "--sweep", "224", "--img-size", "300")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--img-size does not apply to --sweep" in err and "--sweep 224,300" in err
+
+
+def test_img_size_with_plot_says_what_a_sweep_takes(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    code, _, err = run(capsys, "swin_t", "--plot", str(tmp_path / "c.png"), "--img-size", "800,1333")
+    assert code == 2 and "--img-size does not apply to --plot" in err
+    assert "square" not in err and "800x1333" in err  # a sweep takes any H or HxW, not only squares
+
+
+def test_plot_draws_the_sizes_in_pixel_order(monkeypatch, tmp_path):
+    """Sizes given out of order: every curve is drawn by pixel count (it used to double back), and the slope
+    guides start at the smallest size and are labelled at the largest."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    from swin.tools.flops_cmd import plot_sweep, sweep
+
+    lines, notes = [], []
+    plot, annotate = Axes.plot, Axes.annotate
+    monkeypatch.setattr(Axes, "plot", lambda self, *a, **k: lines.append(a) or plot(self, *a, **k))
+    monkeypatch.setattr(
+        Axes, "annotate", lambda self, text, xy, **k: notes.append((text, xy)) or annotate(self, text, xy, **k)
+    )
+    reports = sweep("swin_t", [(224, 224), (800, 1333), (64, 2048)], measure=False)
+    plot_sweep(reports, str(tmp_path / "cost.svg"))
+    pixels = sorted(h * w / 1e6 for h, w in [(224, 224), (800, 1333), (64, 2048)])
+    assert lines and all(list(line[0]) == pixels for line in lines)
+    smallest = min(reports, key=lambda r: r["img_size"][0] * r["img_size"][1])["macs"]["msa"] / 1e9
+    guides = [line[1] for line in lines if line[2] == ":"]
+    assert len(guides) == 2 and all(guide[0] == pytest.approx(smallest) for guide in guides)
+    for label in ("slope 1 (linear)", "slope 2 (quadratic)"):
+        assert [xy[0] for text, xy in notes if text == label] == [pixels[-1]]
+
+
+@pytest.mark.parametrize("name, tag", [("swin_t.ms_in1k", "ms_in1k"), ("swin_t.nosuchtag", "nosuchtag")])
+def test_a_tag_is_refused_without_calling_it_a_pretrained_one(capsys, name, tag):
+    """The registry cannot tell a manifest tag from a typo (the manifest builds on it): the message says what
+    was given and where the tags are listed, never that 'nosuchtag' is a pretrained tag."""
+    code, _, err = run(capsys, name)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{name!r} is an architecture followed by a tag ({tag!r})" in err
+    assert "here an architecture is expected: 'swin_t'" in err and "swin list --pretrained 'swin_t.*'" in err
+
+
+def test_unknown_model_message_separates_the_list(capsys):
+    code, _, err = run(capsys, "xq")
+    assert code == 2 and "unknown model 'xq'. Registered models: swin_b, " in err
+
+
+@pytest.mark.parametrize("window", ["1025", "100000"])
+def test_window_has_an_upper_bound(capsys, window):
+    """--window 100000 ended in torch's "numel: integer multiplication overflow"."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["flops", "swin_t", "--window", window, "--semantics", "detection", "--no-measure"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--window must be a positive integer up to 1024" in err and repr(window) in err
+
+
+def test_window_at_the_bound_runs(capsys):
+    code, out, _ = run(capsys, "swin_t", "--window", "1024", "--no-measure", "--format", "json")
+    assert code == 0 and json.loads(out)["window_size"] == 1024
