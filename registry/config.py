@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..layers.semantics import get_semantics
 
-__all__ = ["SwinConfig"]
+__all__ = ["SwinConfig", "window_size_field"]
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def _hint(name: str) -> typing.Any:
 def _coerce(name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
     """Check ``value`` against the field's type; accept lists for tuples and one int for a size pair."""
     if name == "window_size":
-        return _window_size(value)
+        return window_size_field(value)
     origin = typing.get_origin(hint)
     if origin is tuple:
         args = typing.get_args(hint)
@@ -187,7 +187,7 @@ def _coerce(name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
     return value
 
 
-def _window_size(value: typing.Any) -> int | tuple[int, int]:
+def window_size_field(value: typing.Any) -> int | tuple[int, int]:
     """One positive int, or a (height, width) pair of them as timm's ``window_size=(8, 8)``: an equal pair as
     its int, so that a square window has one spelling."""
     pair = tuple(value) if isinstance(value, (list, tuple)) else (value, value)

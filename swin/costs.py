@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .factory import create_model
 from .model import SwinTransformer
-from .registry import get_config, resolve_name
+from .registry import get_config, resolve_name, window_size_field
 
 __all__ = ["TOLERANCE", "UNITS", "analytic_macs", "flop_counter", "flops", "measure_macs", "parse_size"]
 
@@ -136,7 +136,9 @@ def measure_macs(model: nn.Module, img_size: int | Sequence[int]) -> tuple[int, 
 # -- the report -------------------------------------------------------------------------------------------
 
 
-def _build(name: str, img_size: tuple[int, int], window_size: int | None, semantics: str, device: str):
+def _build(
+    name: str, img_size: tuple[int, int], window_size: int | tuple[int, int] | None, semantics: str, device: str
+):
     overrides: dict[str, Any] = {"img_size": img_size, "semantics": semantics}
     if window_size is not None:
         overrides["window_size"] = window_size
@@ -161,7 +163,7 @@ def _doubled(macs: dict[str, Any]) -> dict[str, Any]:
 def flops(
     model_or_name: str | SwinTransformer,
     img_size: int | str | Sequence[int] | None = None,
-    window_size: int | None = None,
+    window_size: int | tuple[int, int] | None = None,
     *,
     semantics: str = "classification",
     measure: bool = True,
@@ -194,10 +196,14 @@ def flops(
     """
     if isinstance(model_or_name, str):
         name = resolve_name(model_or_name)
-        if window_size is not None and (not isinstance(window_size, int) or isinstance(window_size, bool)):
-            raise ValueError(f"window_size must be a positive integer (e.g. 7 or 12), got {window_size!r}")
-        if window_size is not None and window_size < 1:
-            raise ValueError(f"window_size must be a positive integer (e.g. 7 or 12), got {window_size!r}")
+        if window_size is not None:  # as create_model takes it: one side, or (height, width)
+            try:
+                window_size = window_size_field(window_size)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"window_size must be a positive integer (e.g. 7 or 12) or a (height, width) pair of them, got "
+                    f"{window_size!r}"
+                ) from None
         size = parse_size(get_config(name).img_size if img_size is None else img_size)
         model = _build(name, size, window_size, semantics, "meta")
     elif isinstance(model_or_name, SwinTransformer):

@@ -150,9 +150,9 @@ def create_model(
             load_pretrained(model, canonical, pretrained, model_for=entry_model)
         if checkpoint_path is not None:
             # loaded whole, as timm's strict load_checkpoint: a fine-tuned head that does not fit is an error, not
-            # an untrained head behind the file's features (a backbone has no head to fit)
+            # an untrained head behind the file's features (a backbone takes a classifier's trunk: not whole)
             path = _existing_file(checkpoint_path)
-            load_pretrained(model, canonical, path, head_must_fit=not features_only)
+            load_pretrained(model, canonical, path, whole=not features_only)
     if overlay:
         # timm's features_only models leave out the classifier's entries (its pretrained_cfg_for_features)
         dropped = ("num_classes", "classifier", "global_pool") if features_only else ()
@@ -191,7 +191,7 @@ def _check_timm_options(overrides: dict[str, Any]) -> None:
     for option, default in _IMG_SIZE_DEFAULTS.items():
         if option in overrides:
             value = overrides.pop(option)
-            if value is not default:
+            if value != default:  # 0 and 1 as their booleans, as timm reads them
                 raise ValueError(_IMG_SIZE_REFUSAL.format(option=option, value=value))
 
 

@@ -106,6 +106,11 @@ def _transformers_config(body: SwinBackbone, out_features: list[str]) -> Pretrai
     import transformers
 
     c = body.config
+    if not isinstance(c.window_size, int):  # transformers' configs hold one window side (an int)
+        raise ValueError(
+            f"upernet describes its backbone with transformers' Swin config, which takes one window side; this "
+            f"backbone's window is {c.window[0]}x{c.window[1]}: build it with a square window_size"
+        )
     fields = {
         "image_size": list(c.img_size),
         "patch_size": c.patch_size,

@@ -103,3 +103,25 @@ def test_a_backbone_takes_a_classifier_checkpoint(saved):
     reference = torch.load(saved[10], weights_only=True)
     key = "layers.3.blocks.0.mlp.fc2.weight"
     torch.testing.assert_close(backbone.state_dict()[key], reference[key])
+
+
+def test_a_checkpoint_missing_the_final_norm_is_an_error(saved, tmp_path):
+    """timm's strict load refuses a checkpoint without ``norm.*`` (a backbone's, say); ours left the final norm
+    at its initial values with a warning."""
+    state = torch.load(saved[0])
+    del state["norm.weight"], state["norm.bias"]
+    path = tmp_path / "no_norm.pth"
+    torch.save(state, path)
+    assert "Missing key(s)" in _timm_refuses(path, num_classes=0)
+    with pytest.raises(ValueError, match=r"not this model's whole checkpoint: the model's norm\.bias.*pretrained="):
+        swin.create_model("swin_t", num_classes=0, checkpoint_path=path, **SMALL)
+
+
+def test_a_checkpoint_with_keys_the_model_lacks_is_an_error(saved, tmp_path):
+    state = torch.load(saved[0])
+    state["neck.weight"] = torch.zeros(3)
+    path = tmp_path / "with_neck.pth"
+    torch.save(state, path)
+    assert "Unexpected key(s)" in _timm_refuses(path, num_classes=0)
+    with pytest.raises(ValueError, match=r"its neck\.weight not in the model"):
+        swin.create_model("swin_t", num_classes=0, checkpoint_path=path, **SMALL)

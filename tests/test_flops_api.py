@@ -151,6 +151,13 @@ def test_window_override():
     assert r["check"]["ok"] is True
 
 
+def test_a_rectangular_window_by_name():
+    """window_size=(8, 6), as create_model takes it (flops refused the pair): the measured count is timm's."""
+    r = report("swin_t", window_size=(8, 6))
+    assert tuple(r["window_size"]) == (8, 6)
+    assert r["macs"]["measured"] == timm_macs(window_size=(8, 6))
+
+
 def test_cpu_attention_is_counted():
     """Under no-grad on CPU, 4-D SDPA runs a fused kernel that torch's counter alone does not count."""
     q, k, v = torch.randn(2, 3, 49, 32), torch.randn(2, 3, 49, 32), torch.randn(2, 3, 49, 16)

@@ -296,3 +296,10 @@ def test_example_freezes_a_tagged_backbone(one_thread):
     assert model.decode_head.training and not any(m.training for m in model.backbone.modules())
     metrics = example.main(argv)
     assert len(metrics["losses"]) == 2 and torch.isfinite(torch.tensor(metrics["losses"])).all()
+
+
+def test_a_rectangular_window_is_refused_naming_it():
+    """transformers' Swin config, which describes the backbone, holds one window side: a (8, 6) window failed
+    inside transformers with a dataclass type error."""
+    with pytest.raises(ValueError, match=r"window is 8x6: build it with a square window_size"):
+        upernet("swin_t", 3, hidden_size=16, window_size=(8, 6), **TINY)

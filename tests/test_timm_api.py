@@ -328,6 +328,7 @@ def test_timm_input_size_options():
             swin.create_model("swin_t", **{option: value})
     plain = swin.create_model("swin_t", **SMALL).config
     assert swin.create_model("swin_t", dynamic_img_size=False, strict_img_size=True, **SMALL).config == plain
+    assert swin.create_model("swin_t", dynamic_img_size=0, strict_img_size=1, **SMALL).config == plain  # as timm
 
 
 @pytest.mark.parametrize(("option", "pattern"), [("proj_drop_rate", "pass drop_rate"), ("output_fmt", "NCHW")])

@@ -7,9 +7,10 @@
   summed over RGB for 1 channel, otherwise repeated and scaled by 3 / in_chans.
 - A classifier of another size, and keys the model lacks (a detector's neck, the final norm of a
   classifier loaded into a backbone), are dropped; keys the model has but the checkpoint lacks keep their
-  initial values. Both are reported in one warning. Where the head must fit (``create_model``'s
+  initial values. Both are reported in one warning. Where a checkpoint loads whole (``create_model``'s
   ``checkpoint_path=``, strict as timm's ``load_checkpoint``), a classifier that is not the model's (another
-  size, or one of the two without one) is an error instead: a fine-tuned head must not be silently replaced.
+  size, or one of the two without one) and any key missing on either side are errors instead: a fine-tuned head
+  or a final norm must not be silently left at its initial values.
 - Stages a backbone does not build (``out_indices`` ending early) are dropped in the same way.
 - Anything else that does not fit (another depth, width or head count) is an error naming the keys.
 """
@@ -163,21 +164,22 @@ def fit_state_dict(
     state_dict: dict[str, torch.Tensor],
     model: nn.Module,
     origin: str = "the checkpoint",
-    head_must_fit: bool = False,
+    whole: bool = False,
 ) -> dict[str, torch.Tensor]:
     """The part of ``state_dict`` (our layout) that ``model`` can load, adapted to its shapes.
 
     Resizes bias tables to the model's windows and the patch embedding to its input channels; drops a
     classifier of another size and keys the model lacks; warns (``UserWarning``) listing what was dropped
     and what the model keeps at its initial values. ``origin`` names the checkpoint in messages.
-    ``head_must_fit``: the checkpoint's classifier must be the model's, loaded whole (``create_model``'s
-    ``checkpoint_path=``, where a fine-tuned head that does not load is an error, as in timm).
+    ``whole``: the checkpoint must be the model's, every key loaded, as timm's strict ``load_checkpoint``
+    (``create_model``'s ``checkpoint_path=``: a fine-tuned head that does not load, or a final norm left at its
+    initial values, is an error, not a warning). Bias tables and the patch embedding are still adapted.
 
     Raises:
         ValueError: keys of the trunk missing, surplus or of another shape (another architecture); the
-            message lists them with both shapes. With ``head_must_fit``, a classifier of another size or
-            input width, or one of the checkpoint and the model without one; the message names both heads
-            and what to pass.
+            message lists them with both shapes. With ``whole``, a classifier of another size or input width,
+            or one of the checkpoint and the model without one (the message names both heads and what to
+            pass), and any other key the model has and the checkpoint lacks, or the reverse.
     """
     own = model.state_dict()
     fitted: dict[str, torch.Tensor] = {}
@@ -231,9 +233,21 @@ def fit_state_dict(
             + extra
             + (hint or " Is it a checkpoint of another architecture (depths, embed_dim, num_heads, patch_size)?")
         )
-    misfit = _head_misfit(state_dict, own, origin) if head_must_fit else None
-    if misfit is not None:
-        raise ValueError(misfit)
+    if whole:
+        misfit = _head_misfit(state_dict, own, origin)
+        if misfit is not None:
+            raise ValueError(misfit)
+        absent = [key for key in missing if not key.startswith("head.")]
+        surplus = [key for key in dropped if not key.startswith("head.")]
+        if absent or surplus:
+            parts = ([f"the model's {_summarize(absent)} not in it"] if absent else []) + (
+                [f"its {_summarize(surplus)} not in the model"] if surplus else []
+            )
+            raise ValueError(
+                f"{origin} is not this model's whole checkpoint: {'; '.join(parts)}. checkpoint_path= loads a "
+                "checkpoint whole, as timm's load_checkpoint; load it with pretrained= instead to keep what fits "
+                "(what does not is listed in a warning)"
+            )
     if dropped or missing:
         parts = [f"loading {origin}:"]
         if dropped:

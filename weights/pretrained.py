@@ -182,7 +182,8 @@ def fetch(
         sources = "\n".join(f"  {s.describe()}" for s in entry.sources)
         failed = "".join(f"\n{f}" for f in failures)
         raise WeightsNotFoundError(
-            f"{entry.name} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE), so its "
+            f"{entry.name} {'has only a stale file in the cache (below)' if stale else 'is not in the cache'} and "
+            "offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE), so its "
             f"sources were not tried:\n{sources}{failed}{stale}\n{_placement(paths)}"
         )
     try:  # a $SWIN_HOME that cannot be written is one error before any request (README); a file already in
@@ -354,12 +355,12 @@ def load_pretrained(
     name: str,
     pretrained: bool | str | os.PathLike | Mapping,
     model_for: Callable[[PretrainedEntry], nn.Module] | None = None,
-    head_must_fit: bool = False,
+    whole: bool = False,
 ) -> nn.Module:
     """Load weights into ``model`` (built from the registered ``name``); see the module docstring.
     ``model_for``: builds the model a manifest tag's weights are of (:func:`fetch`), which a download must load
-    into before it is cached. ``head_must_fit``: the checkpoint's classifier must load whole
-    (``create_model``'s ``checkpoint_path=``; see :func:`~.adapt.fit_state_dict`).
+    into before it is cached. ``whole``: the checkpoint must be the model's, every key
+    loaded (``create_model``'s ``checkpoint_path=``; see :func:`~.adapt.fit_state_dict`).
 
     The checkpoint's layout is detected from its keys; bias tables are resized to the model's windows,
     the patch embedding adapted to its input channels; a classifier of another size and keys the model
@@ -371,7 +372,7 @@ def load_pretrained(
         CorruptCheckpointError: a truncated or unreadable file, an incomplete Swin trunk, or NaN or infinity
             in the weights (the message names the tensors).
         ValueError: a checkpoint of another architecture (the message lists the mismatched keys); with
-            ``head_must_fit``, a classifier that is not the model's (the message names both).
+            ``whole``, a classifier that is not the model's (the message names both) or a key missing on either side.
     """
     if isinstance(pretrained, Mapping):  # a state dict already in memory
         path, entry, checkpoint = None, None, pretrained
@@ -383,7 +384,7 @@ def load_pretrained(
     state = unwrap(checkpoint)
     converted = convert(state, source="auto")
     # first: its errors name a prefix in the way
-    fitted = fit_state_dict(converted, model, origin=origin, head_must_fit=head_must_fit)
+    fitted = fit_state_dict(converted, model, origin=origin, whole=whole)
     checks.check_state(converted, origin)  # as a download is checked: a complete trunk, finite weights
     model.load_state_dict(fitted, strict=False)
     info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}

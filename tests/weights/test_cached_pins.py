@@ -61,6 +61,7 @@ def test_reregistered_entry_is_not_answered_with_the_old_file(server, entries, m
     with pytest.raises(WeightsNotFoundError) as error:
         fetch(entry, progress=False)
     message = str(error.value)
+    assert "swin_t.mine has only a stale file in the cache" in message and "is not in the cache" not in message
     assert f"The cached file at {path} does not match the manifest's sha256" in message
     assert sha256(old) in message and sha256(new) in message
     assert server.requests == ["/v1/model.bin"]
