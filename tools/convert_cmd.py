@@ -59,6 +59,23 @@ def _source_layout(state: dict[str, torch.Tensor], requested: str, origin: str) 
     )
 
 
+def _unwrap(checkpoint, use_ema: bool, origin: str) -> tuple[dict[str, torch.Tensor], str]:
+    """The weights to convert and, when the checkpoint held both its EMA and its trained weights, which were
+    read (``", its EMA weights model_ema; --no-ema for model"``); else ``""``."""
+    try:
+        state = unwrap(checkpoint, use_ema=use_ema)
+    except ValueError as error:
+        if use_ema or "use_ema=True" not in str(error):
+            raise
+        raise ValueError(f"{origin}: {str(error).replace('pass use_ema=True', 'drop --no-ema')}") from None
+    if state.ema_and_trained is None:
+        return state, ""
+    ema, trained = state.ema_and_trained
+    return state, (
+        f", its EMA weights {ema}; --no-ema for {trained}" if use_ema else f", its weights {trained}, not the EMA {ema}"
+    )
+
+
 def _write(state: dict[str, torch.Tensor], path: str, fmt: str, target: str) -> None:
     if fmt == "safetensors":
         from safetensors.torch import save_file
@@ -74,14 +91,14 @@ def cmd_convert(args) -> int:
     fmt = _output_format(args.output, args.format)
     require_file(args.input, "input")
     check_output(args.output, inputs=[args.input])
-    state = unwrap(safe_load.load_file(args.input))
+    state, which = _unwrap(safe_load.load_file(args.input), not args.no_ema, args.input)
     source = _source_layout(state, args.source, args.input)
     ours = convert(state, source=source)
     check_state(ours, args.input)
     out = ours if args.to == "swin" else export(ours, target=args.to)
     with atomic_output(args.output, inputs=[args.input]) as temporary:
         _write(out, temporary, fmt, args.to)
-    print(f"{args.input} ({source} layout) -> {args.output} ({args.to} layout, {fmt}, {len(out)} tensors)")
+    print(f"{args.input} ({source} layout{which}) -> {args.output} ({args.to} layout, {fmt}, {len(out)} tensors)")
     return 0
 
 
@@ -105,4 +122,10 @@ def register(sub) -> None:
         help="source layout (default: detected); refused if the keys say otherwise",
     )
     p.add_argument("--format", choices=("safetensors", "torch"), default=None, help="must agree with OUT's extension")
+    p.add_argument(
+        "--no-ema",
+        action="store_true",
+        help="of a training checkpoint that holds both, read the trained weights (state_dict, model) rather than "
+        "their moving average (state_dict_ema, model_ema), which is read by default, as timm does",
+    )
     p.set_defaults(func=cmd_convert)

@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from ..export import SIZE_MULTIPLE, check_size_range, example_size, export_onnx, export_program
+from ..export import SIZE_MULTIPLE, check_size_ranges, example_shape, export_onnx, export_program
 from ..factory import create_model, entry_model
 from ..registry import resolve_name
 from ..weights.user_weights import load_weights, preprocessing_for
@@ -18,24 +18,55 @@ __all__ = ["register", "cmd_export"]
 _PREPROCESSING = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
 
 
-def _size_range(text: str | None, static: bool) -> tuple[int, int] | None:
-    """MIN,MAX of a dynamic export; with ``--static``, S,S: the one size."""
-    if text is None:
-        return None
+# One range, or a range of heights and one of widths: ``MIN,MAX`` or ``HMIN,HMAX:WMIN,WMAX``.
+_SYNTAX = "--size-range takes MIN,MAX or HMIN,HMAX:WMIN,WMAX (heights, then widths) in pixels"
+_Range = tuple[int, int]
+
+
+def _one_range(text: str, whole: str) -> _Range:
     try:
         low, high = (int(part) for part in text.replace("x", ",").split(","))
     except ValueError:
-        raise ValueError(f"--size-range takes MIN,MAX in pixels (e.g. 128,224), got {text!r}") from None
-    if static and low != high:
+        raise ValueError(f"{_SYNTAX} (e.g. 128,224 or 128,224:128,160), got {whole!r}") from None
+    return low, high
+
+
+def _size_range(text: str | None, static: bool) -> _Range | tuple[_Range, _Range] | None:
+    """MIN,MAX of both sides, or HMIN,HMAX:WMIN,WMAX (a model built for a rectangle has a range per axis); with
+    ``--static``, S,S or H,H:W,W: the one shape."""
+    if text is None:
+        return None
+    parts = text.split(":")
+    if len(parts) > 2:
+        raise ValueError(f"{_SYNTAX} (e.g. 128,224 or 128,224:128,160), got {text!r}")
+    ranges = [_one_range(part, text) for part in parts]
+    per_axis = len(ranges) == 2
+    if static and any(low != high for low, high in ranges):
+        example = ":".join(f"{high},{high}" for _, high in ranges)
+        twice = "give each side its size twice" if per_axis else "give the size twice"
         raise ValueError(
-            f"--static exports one size, but --size-range {text} is a range: give the size twice "
-            f"(e.g. --size-range {high},{high}), or drop --static to export the range"
+            f"--static exports one size, but --size-range {text} is a range: {twice} (e.g. --size-range "
+            f"{example}), or drop --static to export the range"
         )
-    if low == high and not static:
+    if all(low == high for low, high in ranges) and not static:
         raise ValueError(
             f"--size-range {text} is a single size; export it with --static (ONNX, fixed shape), or give MIN < MAX"
         )
-    return low, high
+    return (ranges[0], ranges[1]) if per_axis else ranges[0]
+
+
+def _check_size_ranges(model, size_range) -> tuple[_Range, _Range]:
+    """The (heights, widths) ranges of the export, checked; a refusal that names the Python API's per-axis
+    spelling names the command's instead, with the model's own ranges as the example."""
+    try:
+        return check_size_ranges(model, size_range)
+    except ValueError as error:
+        python = "((min, max), (min, max))"
+        if python not in str(error):
+            raise
+        heights, widths = check_size_ranges(model, None)
+        ours = f"--size-range HMIN,HMAX:WMIN,WMAX (its default: {heights[0]},{heights[1]}:{widths[0]},{widths[1]})"
+        raise ValueError(str(error).replace(python, ours)) from None
 
 
 def _is_program(path: str) -> bool:
@@ -119,7 +150,8 @@ def cmd_export(args) -> int:
     batch = args.max_batch or (2 if args.static else 64)
     with torch.device("meta"):  # the size range needs the architecture only, not its weights
         skeleton = create_model(args.name, features_only=args.features_only)
-    low, high = check_size_range(skeleton, _size_range(args.size_range, args.static))
+    size_range = _size_range(args.size_range, args.static)
+    heights, widths = _check_size_ranges(skeleton, size_range)
 
     arch = resolve_name(args.name.partition(".")[0])
     weights = load_weights(arch, named, model_for=entry_model) if named else None
@@ -135,20 +167,24 @@ def cmd_export(args) -> int:
     )
     with atomic_output(args.output, local) as temporary:
         if _is_program(args.output):
-            torch.export.save(export_program(model, batch, (low, high)), temporary)
+            torch.export.save(export_program(model, batch, size_range), temporary)
         else:
             metadata = _metadata(args, model, weights)
-            export_onnx(model, temporary, batch, (low, high), dynamic=not args.static, metadata=metadata)
+            export_onnx(model, temporary, batch, size_range, dynamic=not args.static, metadata=metadata)
     kind = "backbone" if args.features_only else "classifier"
     described = f"weights {weights.name}" if weights else "RANDOM weights (--random-weights)"
     if weights is None and "." in args.name and not args.features_only:  # the tag gave the head its size
         described += f" with the head of {args.name} ({model.num_classes} classes)"
     if args.static:
-        side = example_size(model, (low, high))
-        shape = f"static input {batch}x{model.in_chans}x{side}x{side}"
+        height, width = example_shape(model, size_range)  # the shape export_onnx fixes
+        shape = f"static input {batch}x{model.in_chans}x{height}x{width}"
     else:
         batches = "batch 1" if batch == 1 else f"batch 1..{batch}"
-        shape = f"{batches}, height and width multiples of {SIZE_MULTIPLE} in {low}..{high}"
+        shape = f"{batches}, height and width multiples of {SIZE_MULTIPLE}"
+        if heights == widths:
+            shape += f" in {heights[0]}..{heights[1]}"
+        else:
+            shape += f", height in {heights[0]}..{heights[1]} and width in {widths[0]}..{widths[1]}"
     print(f"wrote {args.output}: {args.name} {kind}, {described}, {shape} (other heights and widths are refused)")
     return 0
 
@@ -191,12 +227,15 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--size-range",
-        help="MIN,MAX height/width in pixels, multiples of 32 (default: the widest valid range around the model's "
-        "img_size); a range one graph cannot serve correctly is refused; with --static, S,S: the one size",
+        metavar="MIN,MAX|HMIN,HMAX:WMIN,WMAX",
+        help="heights and widths in pixels, multiples of 32: MIN,MAX for both sides, or HMIN,HMAX:WMIN,WMAX for "
+        "heights and widths each (a model built for a rectangle has a range per axis); default: the widest valid "
+        "range around each side of the model's img_size; a range one graph cannot serve correctly is refused; "
+        "with --static, S,S or H,H:W,W: the one shape",
     )
     p.add_argument(
         "--static",
         action="store_true",
-        help="fixed input shape, ONNX only: one size (--size-range S,S) and one batch (--max-batch)",
+        help="fixed input shape, ONNX only: one size (--size-range S,S or H,H:W,W) and one batch (--max-batch)",
     )
     p.set_defaults(func=cmd_export)

@@ -36,6 +36,9 @@ class Unwrapped(dict):
     keys the model does not have."""
 
     passthrough: frozenset[str] = frozenset()
+    # (EMA key, trained key) where the checkpoint held both kinds of weights at the level unwrap chose between
+    # them (a training checkpoint saved with EMA), else None: which one was read depends on ``use_ema``.
+    ema_and_trained: tuple[str, str] | None = None
 
 
 def _forms_trunk(sd: Mapping[str, torch.Tensor]) -> bool:
@@ -79,10 +82,14 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
     sd = checkpoint
     wrappers = _WRAPPERS if use_ema else tuple(k for k in _WRAPPERS if k not in _EMA_WRAPPERS)
     seen: set[int] = set()
+    both = None
     while isinstance(sd, Mapping) and not any(isinstance(v, torch.Tensor) for v in sd.values()):
         inner = next((sd[k] for k in wrappers if isinstance(sd.get(k), Mapping)), None)
         if inner is None:
             break
+        ema = next((k for k in _EMA_WRAPPERS if isinstance(sd.get(k), Mapping)), None)
+        trained = next((k for k in _WRAPPERS if k not in _EMA_WRAPPERS and isinstance(sd.get(k), Mapping)), None)
+        both = (ema, trained) if ema and trained else both
         seen.add(id(sd))
         if id(inner) in seen or len(seen) > _MAX_NESTING:
             raise ValueError(
@@ -102,7 +109,9 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
     for prefix in _PREFIXES:
         if all(isinstance(k, str) and k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
-    return _strip_backbone(tensors)
+    unwrapped = _strip_backbone(tensors)
+    unwrapped.ema_and_trained = both
+    return unwrapped
 
 
 def detect_layout(keys) -> str:

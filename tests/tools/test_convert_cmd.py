@@ -187,3 +187,56 @@ def test_atomic_output_removes_the_temporary_on_error(tmp_path):
     with atomic_output(tmp_path / "a.bin") as temporary, open(temporary, "wb") as handle:
         handle.write(b"complete")
     assert os.listdir(tmp_path) == ["a.bin"] and (tmp_path / "a.bin").read_bytes() == b"complete"
+
+
+@pytest.fixture(scope="module")
+def training(checkpoints):
+    """A training checkpoint {"model": trained, "model_ema": moving average}, as the official code saves one
+    with EMA: two timm models of different seeds (timm layout), and the path."""
+    import timm
+
+    states = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        model = timm.create_model(
+            "swin_tiny_patch4_window7_224", depths=(1, 1, 1, 1), embed_dim=32, num_heads=(1, 2, 4, 8), num_classes=10
+        )
+        states.append(model.state_dict())
+    trained, ema = states
+    torch.save({"model": trained, "model_ema": ema, "epoch": 3}, checkpoints / "train.pth")
+    return trained, ema, checkpoints / "train.pth"
+
+
+def _same_weights(written: dict, expected: dict) -> bool:
+    """Every tensor written equal to the one of that name in ``expected`` (timm's derived buffers aside)."""
+    return set(written) <= set(expected) and all(torch.equal(written[k], expected[k]) for k in written)
+
+
+@pytest.mark.parametrize("no_ema", [False, True])
+def test_a_training_checkpoint_says_which_weights_it_took(training, tmp_path, capsys, no_ema):
+    """EMA weights first, as timm reads them, and said so with the way to the others; --no-ema the trained."""
+    from safetensors.torch import load_file
+
+    trained, ema, source = training
+    output = tmp_path / "out.safetensors"
+    status = main(["convert", str(source), str(output), "--to", "timm", *(["--no-ema"] if no_ema else [])])
+    out = capsys.readouterr().out
+    assert status == 0
+    written = load_file(output)
+    assert len(written) > 10 and not torch.equal(trained["head.fc.weight"], ema["head.fc.weight"])
+    if no_ema:
+        assert _same_weights(written, trained) and not _same_weights(written, ema)
+        assert f"{source} (timm layout, its weights model, not the EMA model_ema) -> {output}" in out, out
+    else:
+        assert _same_weights(written, ema) and not _same_weights(written, trained)
+        assert f"{source} (timm layout, its EMA weights model_ema; --no-ema for model) -> {output}" in out, out
+
+
+def test_no_ema_on_a_checkpoint_of_ema_weights_only(training, tmp_path, capsys):
+    _, ema, _ = training
+    torch.save({"model_ema": ema}, tmp_path / "ema.pth")
+    status, err = run([tmp_path / "ema.pth", tmp_path / "out.pth", "--no-ema"], capsys)
+    assert status == 1 and "holds only EMA weights" in err and "drop --no-ema" in err, err
+    assert "use_ema" not in err  # the Python API's spelling, not the command's
+    assert main(["convert", str(tmp_path / "ema.pth"), str(tmp_path / "out.pth")]) == 0
+    assert "ema.pth (timm layout) ->" in capsys.readouterr().out  # one set of weights: nothing to choose

@@ -1,6 +1,7 @@
 """``swin export`` options: ``--static`` (ONNX only; one size and one batch), ``--max-batch 1`` and the
-contradictory combinations, refused before any weights are read. Exports use a tiny two-stage architecture
-(a few seconds each); the eager model is the reference for the exported numerics."""
+contradictory combinations, refused before any weights are read; a model built for a rectangle gets a range
+per axis (``--size-range HMIN,HMAX:WMIN,WMAX``). Exports use tiny architectures (a few seconds each); the eager
+model is the reference for the exported numerics."""
 
 from __future__ import annotations
 
@@ -176,3 +177,126 @@ def test_random_weights_with_a_tag_take_its_head(tmp_path, capsys, fake_onnx):
     ((model, metadata),) = fake_onnx
     assert model.num_classes == 21841 and metadata["num_classes"] == 21841 and metadata["weights"] == "random"
     assert "RANDOM weights (--random-weights) with the head of swin_t.ms_in22k (21841 classes)" in out
+
+
+# The two models of the review, tiny (one block a stage): built for a rectangle, each axis has its own range.
+# By hand, at 32k pixels the stages' maps are 8k, 4k, 2k and k along each axis, and a stage changes behaviour
+# where its map outgrows its window (swin.export.valid_size_ranges); the default range of an axis is the one
+# around its side of img_size (k = 7 for 224, k = 5 for 160).
+# export_cmd_wide: img_size 224x160, window 7, so the last stage's window is 7x5 (its map at 160 is 5 wide).
+#   Heights change at k = 2, 4 (2k > 7), 8 (k > 7): 128..224. Widths at k = 2, 4, 6 (k > 5): 128..160.
+# export_cmd_rect: window 8x6 at 224 (the last stage's map, 7 high, clips the height to 7).
+#   Heights change at k = 2 (8k > 8), 3 (4k > 8), 5 (2k > 8), 8 (k > 7): 160..224.
+#   Widths at k = 2 (4k > 6), 4 (2k > 6), 7 (k > 6): 224..2048.
+RECTANGLES = """
+export_cmd_wide:
+  embed_dim: 16
+  depths: [1, 1, 1, 1]
+  num_heads: [1, 1, 1, 1]
+  window_size: 7
+  img_size: [224, 160]
+export_cmd_rect:
+  embed_dim: 16
+  depths: [1, 1, 1, 1]
+  num_heads: [1, 1, 1, 1]
+  window_size: [8, 6]
+  img_size: 224
+"""
+
+
+@pytest.fixture
+def rectangles(tmp_path, monkeypatch):
+    """The --models-file of the two rectangular models, registered here too (for the eager reference) in a
+    copy of the registry that the test's end throws away."""
+    swin.list_models()  # load the bundled entries before taking the copy
+    monkeypatch.setattr(lookup, "_configs", dict(lookup._configs))
+    monkeypatch.setattr(lookup, "_aliases", dict(lookup._aliases))
+    path = tmp_path / "rectangles.yaml"
+    path.write_text(RECTANGLES)
+    swin.register_model(path)
+    return path
+
+
+def test_a_rectangle_gets_a_range_per_axis(rectangles, tmp_path, capsys):
+    """export_cmd_wide used to get one range for both sides, 128..160, and its file refused its own 224x160."""
+    torch.manual_seed(0)
+    model = swin.create_model("export_cmd_wide", num_classes=10).eval()
+    torch.save(model.state_dict(), tmp_path / "wide.pth")
+    path = tmp_path / "m.pt2"
+    argv = ["--models-file", str(rectangles), "export", "export_cmd_wide", str(path), "--max-batch", "1"]
+    assert main([*argv, "--weights", str(tmp_path / "wide.pth")]) == 0
+    out = capsys.readouterr().out
+    assert "batch 1, height and width multiples of 32, height in 128..224 and width in 128..160" in out, out
+    program = torch.export.load(str(path)).module()
+    for size in [(224, 160), (128, 128), (192, 160), (224, 128)]:  # both ends of both ranges
+        x = torch.randn(1, 3, *size)
+        with torch.no_grad():
+            expected, got = model(x), program(x)
+        assert (got - expected).abs().max().item() <= 1e-5, size
+    for size, guard in [((224, 192), r"size\(\)\[3\] <= 160"), ((256, 160), r"size\(\)\[2\] <= 224")]:
+        with pytest.raises(Exception, match=guard):  # a width, then a height, beyond its range
+            program(torch.randn(1, 3, *size))
+
+
+def test_window_not_square_gets_a_range_per_axis(rectangles, tmp_path, capsys, fake_onnx):
+    """export_cmd_rect used to get 224..224: the one size valid for both its heights and its widths."""
+    path = tmp_path / "m.onnx"
+    assert main(["--models-file", str(rectangles), "export", "export_cmd_rect", str(path), "--random-weights"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 1..64, height and width multiples of 32, height in 160..224 and width in 224..2048" in out, out
+
+
+def test_static_per_axis_size_is_a_rectangle(rectangles, tmp_path, capsys):
+    """``--static --size-range H,H:W,W``: the file's one input shape is 1 x 3 x H x W."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    model = swin.create_model("export_cmd_wide", num_classes=10).eval()
+    torch.save(model.state_dict(), tmp_path / "wide.pth")
+    path = tmp_path / "m.onnx"
+    args = ["export_cmd_wide", str(path), "--weights", str(tmp_path / "wide.pth"), "--max-batch", "1", "--static"]
+    assert main(["--models-file", str(rectangles), "export", *args, "--size-range", "224,224:160,160"]) == 0
+    assert "static input 1x3x224x160" in capsys.readouterr().out
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [tuple(i.shape) for i in session.get_inputs()] == [(1, 3, 224, 160)]
+    x = torch.randn(1, 3, 224, 160)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    assert abs(session.run(None, {"x": x.numpy()})[0] - expected).max() <= 1e-4
+    props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    ranges = [props[f"{axis}_{end}"] for axis in ("height", "width") for end in ("min", "max")]
+    assert ranges == ["224", "224", "160", "160"] and "size_min" not in props
+
+
+WIDE, RECT = "export_cmd_wide", "export_cmd_rect"
+SYNTAX = "--size-range takes MIN,MAX or HMIN,HMAX:WMIN,WMAX"
+
+
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        (WIDE, ["128,224:128"], SYNTAX),
+        (WIDE, ["128,224:128,160:1,2"], SYNTAX),
+        (WIDE, ["224,224:128,160", "--static"], "give each side its size twice (e.g. --size-range 224,224:160,160)"),
+        (WIDE, ["224,224:160,160"], "--size-range 224,224:160,160 is a single size; export it with --static"),
+        (WIDE, ["128,224:128,224"], "width range 128..224 is wider than one exported graph"),
+        # one range for both sides: the hint is the command's syntax (not Python's) with the model's default
+        (WIDE, ["128,224"], "--size-range HMIN,HMAX:WMIN,WMAX (its default: 128,224:128,160)"),
+        (RECT, ["160,224:160,224"], "width range 160..224 is wider than one exported graph"),
+    ],
+)
+def test_per_axis_ranges_are_checked_before_weights(rectangles, tmp_path, capsys, no_work, name, options, message):
+    argv = [name, str(tmp_path / "m.onnx"), "--weights", "ms_in1k", "--size-range", *options]
+    status = main(["--models-file", str(rectangles), "export", *argv])
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert message in err, err
+    assert "((min, max), (min, max))" not in err  # the Python API's spelling, not the command's
+    assert list(tmp_path.iterdir()) == [rectangles]
+
+
+def test_help_documents_the_per_axis_syntax(capsys):
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert "HMIN,HMAX:WMIN,WMAX" in " ".join(capsys.readouterr().out.split())
