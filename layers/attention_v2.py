@@ -77,6 +77,16 @@ class WindowAttentionV2(WindowAttentionBase):
         self.register_buffer("relative_coords_table", coords, persistent=False)
         self.register_buffer("relative_position_index", relative_position_index(self.window), persistent=False)
 
+    def _apply(self, fn, recurse: bool = True):
+        """As ``nn.Module._apply`` (``.to()``, ``.half()``, ...), keeping the coordinates table in float32: it is
+        derived, and converted with the weights it would stay rounded after a round trip (``.bfloat16().float()``)
+        while a fresh model computes it exactly; :meth:`position_bias` casts it to the weights' dtype per call."""
+        super()._apply(fn, recurse)
+        table = self.relative_coords_table
+        if table.dtype != torch.float32:
+            self.relative_coords_table = log_spaced_coords(self.window, self.pretrained_window).to(table.device)
+        return self
+
     def derived_buffers(self) -> dict[str, torch.Tensor]:
         return super().derived_buffers() | {
             "relative_coords_table": log_spaced_coords(self.window, self.pretrained_window)
@@ -85,7 +95,9 @@ class WindowAttentionV2(WindowAttentionBase):
     def position_bias(self) -> torch.Tensor:
         """(heads, N, N) continuous position bias, 16 * sigmoid(MLP(coords)) gathered per query/key pair."""
         n = self.window[0] * self.window[1]
-        table = self.cpb_mlp(self.relative_coords_table.to(self.cpb_mlp[0].weight.dtype))  # entries, heads
+        # in the parameters' dtype, read from one this module owns: cpb_mlp[0] may be a user's wrapper or a
+        # quantized Linear, whose weight is not a tensor attribute
+        table = self.cpb_mlp(self.relative_coords_table.to(self.logit_scale.dtype))  # entries, heads
         # (heads, N, N) contiguous, as V1's (see WindowAttention.position_bias)
         bias = table[self.relative_position_index.view(-1)].view(n, n, self.num_heads).permute(2, 0, 1).contiguous()
         return 16 * torch.sigmoid(bias)

@@ -86,7 +86,8 @@ _PER_SAMPLE = ("swin.", "torch.nn.modules.")
 
 
 def plain(model: torch.nn.Module) -> bool:
-    """No forward hooks below ``model`` or global ones, and only modules known to work per sample."""
+    """No forward hooks below ``model`` or global ones, and only modules known to work per sample (a BatchNorm
+    without running statistics, which normalizes by the batch's in eval too, does not)."""
     from torch.nn.modules import module as torch_module
 
     if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
@@ -96,6 +97,8 @@ def plain(model: torch.nn.Module) -> bool:
             return False
         if not type(m).__module__.startswith(_PER_SAMPLE):
             return False
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_mean is None:
+            return False  # no running statistics: it normalizes by the batch's, in eval too
     return True
 
 

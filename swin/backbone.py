@@ -41,7 +41,7 @@ class SwinBackbone(SwinTrunk):
     Detection semantics by default, as the official detection backbone and mmdetection: the image is padded
     to a multiple of the patch size and each stage's map to a multiple of the window before the cyclic
     shift; the window never shrinks and odd blocks always shift. Any size runs without rebuilding; the shift
-    masks and merged biases for a size are computed once and reused in inference.
+    masks for a size are computed once and reused (the position bias comes from the parameters on every call).
 
     Args:
         config: the architecture (``swin.get_config("swin_b")``), fields overridable by ``**overrides``.

@@ -8,6 +8,7 @@ built model loading the new weights.
 from __future__ import annotations
 
 import contextlib
+import copy
 
 import pytest
 import torch
@@ -209,3 +210,36 @@ def test_vmap_over_stacked_parameters_of_three_models():
         outputs = torch.vmap(run)(params, buffers)
         for model, out in zip(models, outputs, strict=True):
             assert (out - model(x)).abs().max().item() <= 1e-6
+
+
+def test_swin_v2_runs_dynamically_quantized():
+    """V2's position-bias MLP read its first layer's weight for a dtype: a quantized Linear (whose weight is a
+    method) or a user's wrapper there crashed the forward (timm 1.0.31's V2 crashes the same way, so the
+    reference is the float model: int8 weights and activations keep the logits within a few percent)."""
+    torch.manual_seed(0)
+    model = swin.create_model("swinv2_t_w8", depths=(1, 1, 1, 1), num_classes=10).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8)
+    assert isinstance(quantized.layers[0].blocks[0].attn.cpb_mlp[0], torch.ao.nn.quantized.dynamic.Linear)
+    x = torch.randn(2, 3, 256, 256)
+    with torch.no_grad():
+        reference, got = model(x), quantized(x)
+    assert ((got - reference).norm() / reference.norm()).item() <= 0.05
+
+
+def test_a_batchnorm_without_running_statistics_is_not_chunked(monkeypatch):
+    """Such a BatchNorm normalizes by the batch's statistics in eval too, so the batch must run whole: in
+    pieces, the logits differed by 7e-3."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    model.patch_embed.proj = nn.Sequential(model.patch_embed.proj, nn.BatchNorm2d(96, track_running_stats=False))
+    model.eval()  # the new modules too: a module left in training mode keeps the batch whole anyway
+    x = torch.randn(4, 3, 224, 224)
+    with torch.no_grad():
+        monkeypatch.setattr(execution, "ENABLED", False)
+        whole = model(x)
+        monkeypatch.setattr(execution, "ENABLED", True)
+        monkeypatch.setattr(execution, "CHUNK_BYTES", 1)  # one image per piece, were pieces allowed
+        chunked = model(x)
+        pieces = torch.cat([model(x[i : i + 1]) for i in range(4)])
+    assert not torch.allclose(pieces, whole, atol=1e-4)  # the batch's statistics matter here
+    torch.testing.assert_close(chunked, whole)

@@ -38,3 +38,17 @@ def test_derived_buffers_are_not_saved():
         "proj.bias",
         "relative_position_bias_table",
     }
+
+
+def test_v2_coordinates_table_survives_a_dtype_round_trip():
+    """The table is derived: after ``.bfloat16().float()`` it must be what a fresh model computes (it stayed
+    rounded to bf16, and the position bias moved by 0.03), as the official construction gives it."""
+    torch.manual_seed(0)
+    model = swin.create_model("swinv2_t_w8", depths=(1, 1, 1, 1)).eval()
+    fresh = swin.create_model("swinv2_t_w8", depths=(1, 1, 1, 1)).eval()
+    fresh.load_state_dict(model.state_dict())
+    model.bfloat16().float()
+    for ours, theirs in zip(model.modules(), fresh.modules(), strict=True):
+        if hasattr(ours, "relative_coords_table"):
+            assert ours.relative_coords_table.dtype == torch.float32
+            assert torch.equal(ours.relative_coords_table, theirs.relative_coords_table)
