@@ -7,6 +7,8 @@ learning-rate decay by block depth (BEiT; the SimMIM / Swin-V2 fine-tuning recip
 
 from __future__ import annotations
 
+import fnmatch
+import warnings
 from collections.abc import Iterable
 
 from torch import nn
@@ -16,13 +18,33 @@ from .trunk import SwinTrunk
 __all__ = ["layer_ids", "num_layer_ids", "param_groups"]
 
 
-def _find_trunk(model: nn.Module) -> tuple[str, SwinTrunk] | None:
-    """The first Swin trunk inside ``model`` (the model itself, or under DDP's ``module.``, torch.compile's
-    ``_orig_mod.``, a detector's ``backbone.``/``body.``) with its name prefix ("" for the model itself)."""
-    for name, module in model.named_modules():
-        if isinstance(module, SwinTrunk):
-            return name, module
-    return None
+def _find_trunks(model: nn.Module) -> list[tuple[str, SwinTrunk]]:
+    """Every Swin trunk inside ``model`` (the model itself, or under DDP's ``module.``, torch.compile's
+    ``_orig_mod.``, a detector's ``backbone.``/``body.``, a distillation's ``student.``/``teacher.``) with its
+    name prefix ("" for the model itself)."""
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, SwinTrunk)]
+
+
+def _find_trunk(model: nn.Module) -> tuple[str, SwinTrunk]:
+    """The one Swin trunk inside ``model`` that layer decay numbers the layers of; see :func:`_find_trunks`."""
+    found = _find_trunks(model)
+    if not found:
+        kind = type(model)
+        hint = ""
+        if kind.__module__.startswith("timm."):
+            hint = "; for timm's models use timm.optim.create_optimizer_v2(model, 'adamw', layer_decay=...)"
+        raise ValueError(
+            f"layer ids need a Swin model of this package (swin.SwinTransformer, swin.SwinBackbone, or a module "
+            f"containing one); got {kind.__module__}.{kind.__qualname__} without one{hint}"
+        )
+    if len(found) > 1:
+        names = ", ".join(repr(name) for name, _ in found)
+        raise ValueError(
+            f"layer_decay needs one Swin per param_groups call, got {len(found)} ({names}): call param_groups on "
+            f"each (e.g. param_groups(model.student, ...) + param_groups(model.teacher, ...)) and pass the joined "
+            f"list to the optimizer"
+        )
+    return found[0]
 
 
 def num_layer_ids(trunk: SwinTrunk) -> int:
@@ -67,15 +89,9 @@ def layer_ids(model: nn.Module) -> dict[str, int]:
       (a neck, a detection head, a new classifier).
 
     Raises:
-        ValueError: ``model`` holds no Swin trunk.
+        ValueError: ``model`` holds no Swin trunk, or more than one.
     """
-    found = _find_trunk(model)
-    if found is None:
-        raise ValueError(
-            f"layer ids need a Swin model (SwinTransformer, SwinBackbone, or a module containing one); got "
-            f"{type(model).__name__} without one"
-        )
-    prefix, trunk = found
+    prefix, trunk = _find_trunk(model)
     top = num_layer_ids(trunk) - 1
     lead = f"{prefix}." if prefix else ""
     ids = {}
@@ -85,6 +101,8 @@ def layer_ids(model: nn.Module) -> dict[str, int]:
 
 
 def _matches(name: str, entry: str) -> bool:
+    if any(c in entry for c in "*?["):  # a pattern over the full name, as timm's no_weight_decay_list
+        return fnmatch.fnmatchcase(name, entry)
     # Whole dotted components: "relative_position_bias_table" or "cpb_mlp" match inside any block, a full name
     # matches itself under any wrapper prefix ("module.", "_orig_mod."), and "norm" does not match "norm1".
     return f".{entry}." in f".{name}."
@@ -94,10 +112,9 @@ def _default_no_weight_decay(model: nn.Module) -> set[str]:
     names: set[str] = set()
     if callable(getattr(model, "no_weight_decay", None)):
         names |= set(model.no_weight_decay())
-    found = _find_trunk(model)
-    if found is not None and found[1] is not model:
-        prefix, trunk = found
-        names |= {f"{prefix}.{name}" for name in trunk.no_weight_decay()}
+    for prefix, trunk in _find_trunks(model):
+        if trunk is not model:
+            names |= {f"{prefix}.{name}" for name in trunk.no_weight_decay()}
     return names
 
 
@@ -125,17 +142,20 @@ def param_groups(
         lr: base learning rate; each group gets ``lr = lr * lr_scale``. Without it the groups carry only
             ``lr_scale``, which timm's schedulers apply but ``torch.optim`` ignores (every group then trains at
             the optimizer's ``lr``): pass ``lr`` when the optimizer is torch's.
-        no_weight_decay: names (or whole dotted parts of names, e.g. ``"relative_position_bias_table"``)
-            without weight decay; ``None`` takes the model's own ``no_weight_decay()`` (and its trunk's).
-            1-D parameters never decay.
+        no_weight_decay: names (or whole dotted parts of names, e.g. ``"relative_position_bias_table"``), or
+            fnmatch patterns over the full name (entries with ``*``, ``?`` or ``[``, e.g. ``"head.*"``, as timm's
+            ``no_weight_decay_list``), without weight decay; one that matches nothing is warned about. ``None``
+            takes the model's own ``no_weight_decay()`` (and that of every Swin trunk in it). 1-D parameters never
+            decay.
 
     Returns:
         A list of dicts with ``params``, ``weight_decay``, ``lr_scale``, ``lr`` (when given) and, with
         ``layer_decay``, ``layer_id``; ordered by layer id, decayed group first; empty groups left out.
 
     Raises:
-        ValueError: a negative ``weight_decay`` or ``lr``, a ``layer_decay`` outside (0, 1], or ``layer_decay``
-            for a model without a Swin trunk.
+        ValueError: a negative ``weight_decay`` or ``lr``, a ``layer_decay`` outside (0, 1], ``layer_decay``
+            for a model without a Swin trunk or with more than one. A ``no_weight_decay`` entry that matches no
+            parameter is a ``UserWarning`` (a misspelt name would otherwise leave that parameter decayed unnoticed).
     """
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
@@ -146,11 +166,21 @@ def param_groups(
     if isinstance(no_weight_decay, str):
         no_weight_decay = [no_weight_decay]
     skip = _default_no_weight_decay(model) if no_weight_decay is None else set(no_weight_decay)
+    if no_weight_decay is not None:
+        names = [name for name, _ in model.named_parameters()]
+        unmatched = sorted(entry for entry in skip if not any(_matches(name, entry) for name in names))
+        if unmatched:  # a warning, not an error: the official lists name absolute_pos_embed, absent without ape
+            warnings.warn(
+                f"no_weight_decay entries {unmatched} match no parameter of {type(model).__name__} (they change "
+                f"nothing); an entry is a whole dotted part of a name (e.g. 'relative_position_bias_table') or an "
+                f"fnmatch pattern over the full name (e.g. '*.attn.*'); the names look like {names[:3]}",
+                stacklevel=2,
+            )
 
     ids: dict[str, int] = {}
     top = 0
     if layer_decay is not None:
-        ids = layer_ids(model)  # raises without a trunk
+        ids = layer_ids(model)  # raises without a trunk, or with more than one
         top = num_layer_ids(_find_trunk(model)[1]) - 1
 
     groups: dict[tuple[int, bool], dict] = {}

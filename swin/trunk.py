@@ -230,19 +230,24 @@ class SwinTrunk(nn.Module):
         """timm's interface for layer-wise learning-rate decay (``timm.optim.create_optimizer_v2(model,
         layer_decay=...)``): the ordinal of each parameter name, grouped as timm groups its own Swin, whose
         stages start with the patch merging that ours (the official layout) end with: the merging after stage i
-        goes with the first block of stage i + 1. ``swin.param_groups`` groups as the official fine-tuning code
-        instead (the merging with the last block of its stage)."""
+        goes with the first block of stage i + 1. A backbone's per-level norm ``norm{i}`` goes with the last block
+        of stage i, and the final ``norm`` on top, below the head. ``swin.param_groups`` groups as the official
+        fine-tuning code instead (the merging with the last block of its stage)."""
 
         def ordinal(name: str) -> tuple[float, ...]:
             if name.startswith(("patch_embed.", "absolute_pos_embed")):
                 return (0,)
             merging = re.match(r"^layers\.(\d+)\.downsample\.", name)
             block = re.match(r"^layers\.(\d+)\.blocks\.(\d+)\.", name)
+            level_norm = re.match(r"^norm(\d+)\.", name)
             if merging:
                 return (1, int(merging[1]) + 1) if coarse else (1, int(merging[1]) + 1, 0)
             if block:
                 return (1, int(block[1])) if coarse else (1, int(block[1]), int(block[2]))
-            if name.startswith("norm") and not coarse:
+            if level_norm and int(level_norm[1]) < len(self.layers):  # reads stage i's output: with its last block
+                stage = int(level_norm[1])
+                return (1, stage) if coarse else (1, stage, self.layers[stage].depth - 1)
+            if name.startswith("norm.") and not coarse:
                 return (1, 99999)
             return (math.inf,)  # the head (and, coarse, the final norm), as timm leaves them unmatched
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -213,3 +216,62 @@ def test_errors():
         swin.param_groups(nn.Linear(3, 3), layer_decay=0.9)
     groups = swin.param_groups(nn.Linear(3, 3), weight_decay=0.1)  # without layer decay any module works
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+
+
+def test_no_weight_decay_patterns_match_full_names_as_timm():
+    """Entries with * ? [ are fnmatch patterns over the full parameter name, as timm's no_weight_decay_list."""
+    from timm.optim import param_groups_weight_decay
+
+    model = tiny_classifier()
+    patterns = ["*relative_position_bias_table", "head.*"]
+    ours = group_of(swin.param_groups(model, weight_decay=0.05, no_weight_decay=patterns))
+    theirs = group_of(param_groups_weight_decay(model, weight_decay=0.05, no_weight_decay_list=patterns))
+    for name, p in model.named_parameters():
+        assert ours[id(p)]["weight_decay"] == theirs[id(p)]["weight_decay"], name
+    assert ours[id(model.layers[0].blocks[0].attn.relative_position_bias_table)]["weight_decay"] == 0.0
+    assert ours[id(model.head.weight)]["weight_decay"] == 0.0
+
+
+@pytest.mark.parametrize("entries", [["relative_position_bias"], ["qkv", "head.weigth*"]])
+def test_no_weight_decay_entries_matching_nothing_are_named_in_a_warning(entries):
+    """A warning, not an error: the official code's list names absolute_pos_embed, which swin_t does not have."""
+    model = tiny_classifier()
+    expected = f"{re.escape(repr(entries[-1]))}.*match no parameter.*'patch_embed.proj.weight'"
+    with pytest.warns(UserWarning, match=expected):
+        swin.param_groups(model, no_weight_decay=entries)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        swin.param_groups(model, no_weight_decay=["relative_position_bias_table", "head.*"])
+
+
+def test_timm_group_matcher_puts_backbone_norms_with_their_stage():
+    """Through timm's create_optimizer_v2, a backbone's norm{i} gets the rate of stage i's last block."""
+    from timm.optim import create_optimizer_v2
+
+    model = tiny_backbone()
+    found = group_of(create_optimizer_v2(model, "adamw", lr=1.0, layer_decay=0.5).param_groups)
+    for i, stage in enumerate(model.layers):
+        norm = getattr(model, f"norm{i}")
+        last = stage.blocks[-1].mlp.fc1.weight
+        assert found[id(norm.weight)]["lr_scale"] == found[id(last)]["lr_scale"], i
+
+
+def test_every_swin_in_the_model_gets_its_no_weight_decay_names():
+    model = nn.ModuleDict({"student": tiny_classifier(), "teacher": tiny_classifier()})
+    found = group_of(swin.param_groups(model, weight_decay=0.05))
+    for part in ("student", "teacher"):
+        table = model[part].layers[0].blocks[0].attn.relative_position_bias_table
+        assert found[id(table)]["weight_decay"] == 0.0, part
+        assert found[id(model[part].head.weight)]["weight_decay"] == 0.05, part
+    with pytest.raises(ValueError, match="one Swin per param_groups call"):
+        swin.param_groups(model, layer_decay=0.9)
+    with pytest.raises(ValueError, match="one Swin"):
+        layer_ids(model)
+
+
+def test_layer_decay_of_a_timm_swin_points_to_timm():
+    import timm
+
+    model = timm.create_model("swin_tiny_patch4_window7_224", depths=(1, 1, 1, 1), embed_dim=16, num_heads=(1, 2, 4, 8))
+    with pytest.raises(ValueError, match=r"timm\.models\.swin_transformer\.SwinTransformer.*create_optimizer_v2"):
+        swin.param_groups(model, layer_decay=0.9)
