@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 __all__ = ["BoundedLRU"]
@@ -69,6 +69,12 @@ class BoundedLRU:
             while len(self._entries) > 1 and (len(self._entries) > self.max_items or self._bytes > self.max_bytes):
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.nbytes
+
+    def discard(self, stale: Callable[[Hashable], bool]) -> None:
+        """Drop the entries whose key ``stale(key)`` says are of no more use; pinned entries stay."""
+        with self._lock:
+            for key in [key for key in self._entries if stale(key)]:
+                self._bytes -= self._entries.pop(key).nbytes
 
     def clear(self) -> None:
         """Empty the cache; pinned entries stay."""

@@ -204,6 +204,8 @@ class WindowPlans:
                 plan = build_window_plan(height, width, window, shift, pad_first, device)
             if not all(type(t) is torch.Tensor for t in (plan.gather, plan.scatter, plan.mask) if t is not None):
                 return plan  # made under a FakeTensorMode (or another mode's subclass): this call's only
+            # the model moved (.to(device)): the plans of the device it left would hold its memory until evicted
+            self._cache.discard(lambda cached: cached[-1] != device)
             self._cache.put(key, plan)
         if getattr(_PINNING, "on", False):
             self._cache.pin(key, plan)
