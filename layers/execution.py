@@ -35,7 +35,16 @@ import torch.nn.functional as F
 
 from . import window_kernel
 
-__all__ = ["CHUNK_BYTES", "ENABLED", "image_chunks", "merged_bias", "plain", "run_in_image_chunks", "window_sdpa"]
+__all__ = [
+    "CHUNK_BYTES",
+    "ENABLED",
+    "image_chunks",
+    "merged_bias",
+    "plain",
+    "run_in_image_chunks",
+    "splittable",
+    "window_sdpa",
+]
 
 # The largest intermediate a piece may make: under glibc's 32 MiB mmap threshold with room to spare.
 CHUNK_BYTES = 24 * 2**20
@@ -56,7 +65,7 @@ def image_chunks(model: torch.nn.Module, x: torch.Tensor, bytes_per_image: Calla
     if model.training or torch.is_grad_enabled() or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return None
     batch = x.shape[0]
-    if batch < 2 or not plain(model):
+    if batch < 2 or not splittable(model):
         return None
     if any(module.training for module in model.modules()):
         return None  # a submodule left in training mode may use batch statistics (BatchNorm) or draw dropout
@@ -86,8 +95,8 @@ _PER_SAMPLE = ("swin.", "torch.nn.modules.")
 
 
 def plain(model: torch.nn.Module) -> bool:
-    """No forward hooks below ``model`` or global ones, and only modules known to work per sample (a BatchNorm
-    without running statistics, which normalizes by the batch's in eval too, does not)."""
+    """No forward hooks below ``model`` or global ones, and only modules known to work per sample (ours and
+    torch's layers): what a compiled graph may replace without a user's code missing a call."""
     from torch.nn.modules import module as torch_module
 
     if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
@@ -97,9 +106,15 @@ def plain(model: torch.nn.Module) -> bool:
             return False
         if not type(m).__module__.startswith(_PER_SAMPLE):
             return False
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_mean is None:
-            return False  # no running statistics: it normalizes by the batch's, in eval too
     return True
+
+
+def splittable(model: torch.nn.Module) -> bool:
+    """:func:`plain`, and its batch may run in pieces: no BatchNorm without running statistics (it normalizes
+    by the batch's, in eval too, so a piece would compute other values)."""
+    return plain(model) and not any(
+        isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_mean is None for m in model.modules()
+    )
 
 
 def merged_bias(position_bias: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

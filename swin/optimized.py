@@ -57,7 +57,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
-from .layers.execution import plain
+from .layers.execution import plain, splittable
 from .layers.linear_kernel import compiled_linear_kernels, onednn_pays
 from .layers.window import pinning_window_plans, unpin_window_plans
 
@@ -332,10 +332,11 @@ class OptimizedModel(nn.Module):
                 key = tuple(x.shape)
                 start = time.perf_counter()
                 first = key not in self.compile_seconds
-                if first and not self.model.training and _compilable(self.model):
+                if first and not self.model.training and _compilable(self.model) and splittable(self.model):
                     # One eager image first, so that the window plans of this size (index tensors, shift masks)
                     # are pinned and the compiled graph reads them as constants, which freezing folds. (Not where
-                    # a hook would see the extra call, nor in training mode, where it would draw random numbers.)
+                    # a hook would see the extra call, nor in training mode, where it would draw random numbers, nor
+                    # where a BatchNorm normalizes by the batch's statistics: one image is not the batch.)
                     with pinning_window_plans():
                         self.model(x[:1])
                 if first:  # the first call of a shape compiles it: under the lock

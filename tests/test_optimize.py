@@ -359,3 +359,14 @@ def test_forward_methods_take_and_return_the_callers_dtype():
     with pytest.raises(TypeError, match="forward_head takes a torch.Tensor"):
         fast.forward_head(features.numpy())
     assert fast.num_classes == 1000 and fast.forward_head.__doc__ == ours.forward_head.__doc__  # the model's own
+
+
+def test_a_batchnorm_on_batch_statistics_is_still_compiled():
+    """Such a BatchNorm keeps the batch whole (no chunks, no one-image pinning call), but it is torch's own layer:
+    swin.optimize compiles the model as usual (it ran eager, warning about foreign modules)."""
+    from swin.layers.execution import splittable
+    from swin.optimized import _compilable
+
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1)).eval()
+    model.head = torch.nn.Sequential(torch.nn.BatchNorm1d(768, track_running_stats=False), model.head).eval()
+    assert _compilable(model) and not splittable(model)
