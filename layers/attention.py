@@ -40,9 +40,17 @@ class WindowAttentionBase(nn.Module):
     @torch.no_grad()
     def init_non_persistent_buffers(self) -> None:
         """Compute the derived buffers again in place, on their device: after ``to_empty()`` of a model built on
-        the ``meta`` device they hold whatever memory held (``load_state_dict`` does not carry them)."""
+        the ``meta`` device they hold whatever memory held (``load_state_dict`` does not carry them). A buffer
+        still on ``meta`` (``load_state_dict(..., assign=True)`` gave the parameters storage, not the buffers) is
+        made anew on the parameters' device."""
         for name, value in self.derived_buffers().items():
-            getattr(self, name).copy_(value)
+            buffer = getattr(self, name)
+            if buffer.is_meta:
+                device = next((p.device for p in self.parameters() if not p.is_meta), None)
+                if device is not None:
+                    setattr(self, name, value.to(device))
+            else:
+                buffer.copy_(value)
 
     def attention_bias(self, mask: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor:
         """Position bias plus shift mask as one additive tensor in ``dtype`` (None: as computed, the

@@ -52,3 +52,16 @@ def test_v2_coordinates_table_survives_a_dtype_round_trip():
         if hasattr(ours, "relative_coords_table"):
             assert ours.relative_coords_table.dtype == torch.float32
             assert torch.equal(ours.relative_coords_table, theirs.relative_coords_table)
+
+
+def test_derived_buffers_after_assigning_weights_to_a_meta_model():
+    """``load_state_dict(assign=True)`` into a model built on ``meta`` leaves the derived buffers there; the
+    method timm names for rebuilding them must make them on the weights' device (the forward failed)."""
+    source = swin.create_model("swinv2_t_w8", depths=(1, 1, 1, 1)).eval()
+    with torch.device("meta"):
+        model = swin.create_model("swinv2_t_w8", depths=(1, 1, 1, 1))
+    model.load_state_dict(source.state_dict(), assign=True)
+    model.init_non_persistent_buffers()
+    x = torch.randn(1, 3, 256, 256)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), source(x))
