@@ -158,10 +158,15 @@ OFFICIAL = Layout(
 
 TIMM = Layout(
     name="timm",
-    # timm merges patches at the start of the next stage and keeps the classifier in head.fc.
-    to_ours=((r"^layers\.(\d+)\.downsample", _shift_stage(-1)), (r"^head\.fc\.", "head.")),
+    # timm merges patches at the start of the next stage and keeps the classifier in head.fc; its features_only
+    # model (FeatureListNet) names the stages layers_0 .. layers_3 (module names cannot hold dots).
+    to_ours=(
+        (r"^layers_(\d+)\.", r"layers.\1."),
+        (r"^layers\.(\d+)\.downsample", _shift_stage(-1)),
+        (r"^head\.fc\.", "head."),
+    ),
     from_ours=((r"^layers\.(\d+)\.downsample", _shift_stage(+1)), (r"^head\.", "head.fc.")),
-    signature=(r"^head\.fc\.", r"^layers\.[1-9]\.downsample\."),
+    signature=(r"^head\.fc\.", r"^layers\.[1-9]\.downsample\.", r"^layers_\d+\."),
 )
 
 TORCHVISION = Layout(

@@ -325,3 +325,24 @@ def test_backbone_that_is_no_swin_beside_encoder_keys_is_left_alone():
 
     checkpoint = {"backbone.conv1.weight": torch.zeros(1), "encoder.layers.0.linear1.weight": torch.zeros(1)}
     assert set(unwrap(checkpoint)) == set(checkpoint)
+
+
+def test_timm_features_only_state_dict():
+    """timm's features_only Swin (FeatureListNet) names its stages layers_0 .. layers_3: its state dict was not
+    recognised. Built from the same seed it holds the trunk of timm's classifier, so both load to one trunk."""
+    import timm
+
+    torch.manual_seed(0)
+    classifier = timm.create_model("swin_tiny_patch4_window7_224", depths=(1, 1, 1, 1))
+    torch.manual_seed(0)
+    features = timm.create_model("swin_tiny_patch4_window7_224", depths=(1, 1, 1, 1), features_only=True)
+    state = features.state_dict()
+    assert "layers_1.downsample.reduction.weight" in state  # timm's own naming, and the same weights
+    assert torch.equal(state["layers_1.downsample.reduction.weight"], classifier.layers[1].downsample.reduction.weight)
+    assert detect_layout(state) == "timm"
+    ours = convert(state, source="auto")
+    expected = {
+        k: v for k, v in convert(classifier.state_dict(), source="timm").items() if not k.startswith(("head.", "norm."))
+    }
+    assert ours.keys() == expected.keys()
+    assert all(torch.equal(ours[k], expected[k]) for k in expected)
