@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from .execution import merged_bias, window_sdpa
-from .position_bias import relative_position_index
+from .position_bias import relative_position_index, resize_bias_table
 
 __all__ = ["WindowAttention", "WindowAttentionBase"]
 
@@ -52,6 +52,15 @@ class WindowAttentionBase(nn.Module):
             else:
                 buffer.copy_(value)
 
+    @torch.no_grad()
+    def set_window(self, window: tuple[int, int]) -> None:
+        """Attend in (wh, ww) windows from now on: the derived buffers made anew for it, on their device
+        (subclasses fit their parameters too)."""
+        self.window = tuple(window)
+        for name, value in self.derived_buffers().items():
+            buffer = getattr(self, name)
+            setattr(self, name, value.to(buffer.device, buffer.dtype if buffer.is_floating_point() else None))
+
     def attention_bias(self, mask: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor:
         """Position bias plus shift mask as one additive tensor in ``dtype`` (None: as computed, the
         parameters' dtype): (1, heads, N, N) without a mask, (1, nW*heads, N, N) with one."""
@@ -95,6 +104,19 @@ class WindowAttention(WindowAttentionBase):
         # Derived from the window alone: rebuilt on construction, never saved (not in state_dict).
         self.register_buffer("relative_position_index", relative_position_index(self.window), persistent=False)
         nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    @torch.no_grad()
+    def set_window(self, window: tuple[int, int]) -> None:
+        """As :meth:`WindowAttentionBase.set_window`, with the bias table resized to the new window's offsets
+        (bicubic, as the official fine-tuning at another window): a new parameter, as timm's
+        ``set_window_size`` makes (an optimizer built before holds the old one)."""
+        old, window = self.window, tuple(window)
+        super().set_window(window)
+        if window != old:
+            table = self.relative_position_bias_table
+            self.relative_position_bias_table = nn.Parameter(
+                resize_bias_table(table.detach(), old, window), requires_grad=table.requires_grad
+            )
 
     def position_bias(self) -> torch.Tensor:
         """(heads, N, N) bias gathered from the table."""

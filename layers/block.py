@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import WindowAttention
+from .attention import WindowAttention, WindowAttentionBase
 from .drop_path import DropPath
 from .mlp import Mlp
 from .semantics import get_semantics
@@ -66,6 +66,14 @@ class SwinBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop_path(self.shifted_window_attention(self.norm1(x)))
         return x + self.drop_path(self.mlp(self.norm2(x)))
+
+    def set_window(self, window: tuple[int, int]) -> None:
+        """Partition into (wh, ww) windows from now on, the attention inside too (found through any wrapper
+        around it); the shift follows the window on every call."""
+        self.window = tuple(window)
+        for module in self.attn.modules():
+            if isinstance(module, WindowAttentionBase):
+                module.set_window(self.window)
 
     def shift_for(self, height: int, width: int) -> tuple[int, int]:
         """The cyclic shift used for a (height, width) map, per axis."""

@@ -81,6 +81,14 @@ class SwinStage(nn.Module):
                 x = block(x)
         return x, (self.downsample(x) if self.downsample is not None else x)
 
+    def set_window(self, window: tuple[int, int]) -> None:
+        """Every block in (wh, ww) windows from now on; the plans made for the old window are let go."""
+        self.window = tuple(window)
+        for block in self.blocks:
+            block.set_window(self.window)
+            block.plans.unpin()
+            block.plans.clear()
+
     def padded_size(self, height: int, width: int) -> tuple[int, int]:
         """The map size attention runs on: (height, width) padded to window multiples."""
         return self.blocks[0].padded_size(height, width)

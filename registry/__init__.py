@@ -1,6 +1,6 @@
 """Named Swin architectures, described as YAML (``models.yaml``), and their lookup."""
 
-from .config import SwinConfig, window_size_field
+from .config import SwinConfig, describe_window, window_size_field
 from .lookup import UnknownModelError, get_config, list_models, register_model, resolve_name
 
 __all__ = [
@@ -10,5 +10,6 @@ __all__ = [
     "list_models",
     "register_model",
     "resolve_name",
+    "describe_window",
     "window_size_field",
 ]

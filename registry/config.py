@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..layers.semantics import get_semantics
 
-__all__ = ["SwinConfig", "window_size_field"]
+__all__ = ["SwinConfig", "describe_window", "window_size_field"]
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class SwinConfig:
         depths: blocks per stage.
         num_heads: attention heads per stage.
         window_size: window M in tokens (7 at 224, 12 at 384 for the official models), or (height, width) for
-            a rectangular window as timm takes it; an equal pair is kept as one int.
+            a rectangular window as timm takes it, or one of those per stage (timm's per-stage windows, kept
+            as one (height, width) pair per stage); an equal pair is kept as one int, equal stages as one window.
         img_size: the input size the model is built for, (H, W) or one int. Classification models shrink a
             stage's window to its map when the map is not larger (official rule); any input size still runs.
         patch_size: side of the patch embedding's conv kernel and stride.
@@ -46,7 +47,7 @@ class SwinConfig:
     embed_dim: int = 96
     depths: tuple[int, ...] = (2, 2, 6, 2)
     num_heads: tuple[int, ...] = (3, 6, 12, 24)
-    window_size: int | tuple[int, int] = 7
+    window_size: int | tuple[int, int] | tuple[tuple[int, int], ...] = 7
     img_size: tuple[int, int] = (224, 224)
     patch_size: int = 4
     in_chans: int = 3
@@ -108,6 +109,13 @@ class SwinConfig:
                 )
         if self.num_classes < 0:
             raise ValueError(f"num_classes must be >= 0 (0 removes the head), got {self.num_classes}")
+        if _per_stage(self.window_size) and len(self.window_size) != len(self.depths):
+            raise ValueError(
+                f"window_size gives {len(self.window_size)} per-stage windows {list(self.window_size)} for "
+                f"{len(self.depths)} stages: give one per stage, or one window for all"
+            )
+        if _per_stage(self.window_size) and len(set(self.window_size)) == 1:  # one spelling for one window
+            object.__setattr__(self, "window_size", window_size_field(self.window_size[0]))
 
     def replace(self, **overrides: typing.Any) -> SwinConfig:
         """A copy with fields overridden; unknown names and wrong types raise ``TypeError``."""
@@ -138,14 +146,30 @@ class SwinConfig:
         """The (wh, ww) window of each stage: ``window_size``, or under classification semantics the map at
         ``img_size`` when it is not larger (official rule, see :mod:`swin.layers.semantics`)."""
         rules = get_semantics(semantics)
-        wh, ww = self.window
         # one axis at a time: the rule takes one window side, and each axis shrinks to its own map side
-        return [(rules.stage_window(h, w, wh)[0], rules.stage_window(h, w, ww)[1]) for h, w in self.stage_sizes()]
+        return [
+            (rules.stage_window(h, w, wh)[0], rules.stage_window(h, w, ww)[1])
+            for (h, w), (wh, ww) in zip(self.stage_sizes(), self.stage_window_sizes, strict=True)
+        ]
+
+    @property
+    def stage_window_sizes(self) -> list[tuple[int, int]]:
+        """The configured (height, width) window of each stage, before any stage shrinks it to its map."""
+        size = self.window_size
+        if _per_stage(size):
+            return list(size)
+        return [(size, size) if isinstance(size, int) else size] * len(self.depths)
 
     @property
     def window(self) -> tuple[int, int]:
-        """``window_size`` as (height, width)."""
+        """``window_size`` as (height, width); a ``ValueError`` when the stages have windows of their own
+        (:attr:`stage_window_sizes` gives those)."""
         size = self.window_size
+        if _per_stage(size):
+            raise ValueError(
+                f"{self.name} has a window per stage, {describe_window(size)}: there is no one window; read "
+                "stage_window_sizes"
+            )
         return (size, size) if isinstance(size, int) else size
 
     def to_dict(self) -> dict[str, typing.Any]:
@@ -187,15 +211,42 @@ def _coerce(name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
     return value
 
 
-def window_size_field(value: typing.Any) -> int | tuple[int, int]:
-    """One positive int, or a (height, width) pair of them as timm's ``window_size=(8, 8)``: an equal pair as
-    its int, so that a square window has one spelling."""
+def _per_stage(size: typing.Any) -> bool:
+    """Whether a ``window_size`` field value holds one window per stage (pairs nested in a tuple)."""
+    return isinstance(size, tuple) and isinstance(size[0], tuple)
+
+
+def _is_int(value: typing.Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _one_window(value: typing.Any, given: typing.Any) -> tuple[int, int]:
     pair = tuple(value) if isinstance(value, (list, tuple)) else (value, value)
-    if len(pair) != 2 or any(not isinstance(v, int) or isinstance(v, bool) for v in pair):
+    if len(pair) != 2 or not all(_is_int(v) for v in pair):
         raise TypeError(
-            f"config field 'window_size' expects int or a (height, width) pair of ints, got "
-            f"{type(value).__name__} {value!r}; one window serves every stage (per-stage windows are not supported)"
+            f"config field 'window_size' expects an int, a (height, width) pair of ints, or one of those per "
+            f"stage, got {type(given).__name__} {given!r}"
         )
     if any(v < 1 for v in pair):
-        raise ValueError(f"window_size must be a positive integer (or a pair of them), got {value!r}")
-    return pair[0] if len(set(pair)) == 1 else tuple(pair)
+        raise ValueError(f"window_size must be a positive integer (or pairs of them), got {given!r}")
+    return pair
+
+
+def window_size_field(value: typing.Any) -> int | tuple[int, int] | tuple[tuple[int, int], ...]:
+    """``window_size`` as timm takes it: one positive int; a (height, width) pair (an equal pair as its int);
+    or one int or pair per stage, as one (height, width) pair per stage (:class:`SwinConfig` checks their count
+    and keeps equal ones as one window). As in timm, a sequence of two ints is one (height, width) window: two
+    stages' windows nest, ``((7, 7), (5, 5))``."""
+    if isinstance(value, (list, tuple)) and not (len(value) == 2 and all(_is_int(v) for v in value)):
+        if not value:
+            raise TypeError("config field 'window_size' expects an int, a (height, width) pair or one per stage: ()")
+        return tuple(_one_window(v, value) for v in value)  # SwinConfig checks the count, then keeps one if equal
+    pair = _one_window(value, value)
+    return pair[0] if pair[0] == pair[1] else pair
+
+
+def describe_window(size: int | tuple[int, int] | tuple[tuple[int, int], ...]) -> str:
+    """A ``window_size`` field value for messages: ``7``, ``8x6``, ``7, 7, 7, 5x3 per stage``."""
+    if _per_stage(size):
+        return ", ".join(describe_window(window_size_field(pair)) for pair in size) + " per stage"
+    return str(size) if isinstance(size, int) else f"{size[0]}x{size[1]}"

@@ -163,7 +163,7 @@ def _doubled(macs: dict[str, Any]) -> dict[str, Any]:
 def flops(
     model_or_name: str | SwinTransformer,
     img_size: int | str | Sequence[int] | None = None,
-    window_size: int | tuple[int, int] | None = None,
+    window_size: int | tuple[int, int] | Sequence[int | tuple[int, int]] | None = None,
     *,
     semantics: str = "classification",
     measure: bool = True,
@@ -196,13 +196,13 @@ def flops(
     """
     if isinstance(model_or_name, str):
         name = resolve_name(model_or_name)
-        if window_size is not None:  # as create_model takes it: one side, or (height, width)
+        if window_size is not None:  # as create_model takes it: one side, (height, width), or one per stage
             try:
                 window_size = window_size_field(window_size)
             except (TypeError, ValueError):
                 raise ValueError(
-                    f"window_size must be a positive integer (e.g. 7 or 12) or a (height, width) pair of them, got "
-                    f"{window_size!r}"
+                    f"window_size must be a positive integer (e.g. 7 or 12), a (height, width) pair of them, or one "
+                    f"of those per stage, got {window_size!r}"
                 ) from None
         size = parse_size(get_config(name).img_size if img_size is None else img_size)
         model = _build(name, size, window_size, semantics, "meta")

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from .backbone import SwinBackbone
-from .registry import SwinConfig
+from .registry import SwinConfig, describe_window
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, UperNetForSemanticSegmentation
@@ -109,7 +109,7 @@ def _transformers_config(body: SwinBackbone, out_features: list[str]) -> Pretrai
     if not isinstance(c.window_size, int):  # transformers' configs hold one window side (an int)
         raise ValueError(
             f"upernet describes its backbone with transformers' Swin config, which takes one window side; this "
-            f"backbone's window is {c.window[0]}x{c.window[1]}: build it with a square window_size"
+            f"backbone's window is {describe_window(c.window_size)}: build it with one square window_size"
         )
     fields = {
         "image_size": list(c.img_size),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +81,9 @@ class SwinTrunk(nn.Module):
                     downsample=variant.merging if i < num_stages - 1 else None,
                 )
             )
+        # What set_input_size(img_size=...) scales the windows from, as timm: the windows last asked for, and the
+        # patch grid they were asked for at.
+        self._window_reference = (config.stage_window_sizes, _patch_grid(config.img_size, config.patch_size))
 
     def init_weights(self) -> None:
         """The official initialisation: truncated normal (std 0.02) for linears and embeddings; Swin V2's
@@ -213,6 +216,73 @@ class SwinTrunk(nn.Module):
         for stage in self.layers:
             stage.grad_checkpointing = enable
 
+    @torch.no_grad()
+    def set_input_size(
+        self,
+        img_size: int | tuple[int, int] | None = None,
+        patch_size: int | tuple[int, int] | None = None,
+        window_size: int | tuple[int, int] | Sequence[int | tuple[int, int]] | None = None,
+        window_ratio: int | Sequence[int] | None = None,
+        always_partition: bool | None = None,
+    ) -> None:
+        """Build the model for another input size and window, in place, as timm's ``set_input_size``: the
+        stages' windows (shrunk to their maps at the new size under classification semantics), the bias tables
+        resized to them (bicubic, as the official fine-tuning at another window; timm interpolates them its own
+        way, so after a window change the two models' tables differ), V2's position
+        coordinates, an absolute position embedding, and :attr:`config`. Any input size runs before and after;
+        this sets the size the model is built for (what a stage's window shrinks to, and ``pretrained_cfg``).
+
+        Args:
+            img_size: the new input size, (H, W) or one side; None keeps the current one.
+            patch_size: must be the current one (a new patch size would resample the embedding's kernel).
+            window_size: the new window: one int or (height, width) for all stages, or one per stage (a
+                sequence of two ints is one (height, width) window, as in timm).
+            window_ratio: instead of ``window_size``, the patch grid's side over each stage's window: one int,
+                or one per stage.
+            always_partition: True is refused (a window larger than its map is not shrunk: another rule).
+
+        Without ``window_size`` and ``window_ratio`` the windows scale with the patch grid from the ones last
+        asked for (at construction or by this method), as timm: swin_t at 384 gets 12. The resized tables are new
+        parameters: build the optimizer after this call. Raises ``ValueError`` before anything changes.
+        """
+        config = self.config
+        if patch_size is not None and tuple(_pair(patch_size, "patch_size")) != (config.patch_size,) * 2:
+            raise ValueError(
+                f"patch_size={patch_size!r}: the patch embedding is built for {config.patch_size}; create the model "
+                f"with patch_size={patch_size!r} instead (its kernel is trained for one patch size)"
+            )
+        if always_partition:
+            raise ValueError(
+                "always_partition=True (timm: windows larger than a stage's map, which are padded) is not a rule "
+                "these models have; use semantics='detection' for windows that never shrink"
+            )
+        size = config.img_size if img_size is None else _pair(img_size, "img_size")
+        grid = _patch_grid(size, config.patch_size)
+        stages = len(config.depths)
+        if window_size is not None:
+            windows = config.replace(window_size=window_size).stage_window_sizes
+            reference = (windows, grid)
+        elif window_ratio is not None:
+            ratios = _stage_ratios(window_ratio, stages)
+            windows = [(max(1, grid[0] // ratio), max(1, grid[1] // ratio)) for ratio in ratios]
+            reference = (windows, grid)
+        else:  # keep each stage's window to grid ratio
+            (references, reference_grid), reference = self._window_reference, self._window_reference
+            windows = [
+                tuple(max(1, side * g // r) for side, g, r in zip(window, grid, reference_grid, strict=True))
+                for window in references
+            ]
+        new = config.replace(img_size=size, window_size=windows)
+        if self.absolute_pos_embed is not None:
+            embedding = self._position_embedding(*self.patch_embed.output_size(*size))
+            self.absolute_pos_embed = nn.Parameter(
+                embedding.flatten(1, 2), requires_grad=self.absolute_pos_embed.requires_grad
+            )
+        for stage, window in zip(self.layers, new.stage_windows(self.semantics), strict=False):
+            stage.set_window(window)
+        self.config = new
+        self._window_reference = reference
+
     def no_weight_decay(self) -> set[str]:
         """Parameter names that Swin's recipes train without weight decay: ``absolute_pos_embed``, every
         ``relative_position_bias_table``, Swin-V2's ``logit_scale`` and ``cpb_mlp`` where a model has them, and
@@ -256,3 +326,23 @@ class SwinTrunk(nn.Module):
     def stage_sizes(self, height: int, width: int) -> list[tuple[int, int]]:
         """Map size of each stage for a (height, width) input: ceil(H/4), then ceil(previous/2)."""
         return self.config.stage_sizes(height, width)
+
+
+def _patch_grid(img_size: tuple[int, int], patch_size: int) -> tuple[int, int]:
+    """The patch grid timm scales windows by: whole patches of the input size."""
+    return img_size[0] // patch_size, img_size[1] // patch_size
+
+
+def _pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else tuple(value)
+    if len(pair) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in pair):
+        raise ValueError(f"{name} must be a positive int or a (height, width) pair of them, got {value!r}")
+    return pair
+
+
+def _stage_ratios(ratio: int | Sequence[int], stages: int) -> list[int]:
+    """``window_ratio`` per stage (one int for all; unlike a window, two values are two stages, as in timm)."""
+    ratios = [ratio] * stages if isinstance(ratio, int) and not isinstance(ratio, bool) else list(ratio)
+    if len(ratios) != stages or any(not isinstance(r, int) or isinstance(r, bool) or r < 1 for r in ratios):
+        raise ValueError(f"window_ratio must be a positive int or one per stage ({stages}), got {ratio!r}")
+    return ratios

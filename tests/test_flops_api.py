@@ -158,6 +158,13 @@ def test_a_rectangular_window_by_name():
     assert r["macs"]["measured"] == timm_macs(window_size=(8, 6))
 
 
+def test_per_stage_windows_by_name():
+    """One window per stage, as timm takes them: each stage's row has its window, and the count is timm's."""
+    r = report("swin_t", window_size=(7, 7, 14, 7))
+    assert [stage["window"] for stage in r["stages"]] == [[7, 7], [7, 7], [14, 14], [7, 7]]
+    assert r["macs"]["measured"] == timm_macs(window_size=[7, 7, 14, 7])
+
+
 def test_cpu_attention_is_counted():
     """Under no-grad on CPU, 4-D SDPA runs a fused kernel that torch's counter alone does not count."""
     q, k, v = torch.randn(2, 3, 49, 32), torch.randn(2, 3, 49, 32), torch.randn(2, 3, 49, 16)

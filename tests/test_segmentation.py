@@ -301,5 +301,7 @@ def test_example_freezes_a_tagged_backbone(one_thread):
 def test_a_rectangular_window_is_refused_naming_it():
     """transformers' Swin config, which describes the backbone, holds one window side: a (8, 6) window failed
     inside transformers with a dataclass type error."""
-    with pytest.raises(ValueError, match=r"window is 8x6: build it with a square window_size"):
+    with pytest.raises(ValueError, match=r"window is 8x6: build it with one square window_size"):
         upernet("swin_t", 3, hidden_size=16, window_size=(8, 6), **TINY)
+    with pytest.raises(ValueError, match=r"window is 7, 7, 14, 7 per stage: build it with one square window_size"):
+        upernet("swin_t", 3, hidden_size=16, window_size=(7, 7, 14, 7), **TINY)

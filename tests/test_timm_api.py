@@ -240,29 +240,50 @@ def test_head_hidden_size_and_embed_dim_match_timm(global_pool):
     assert ours.head_hidden_size == theirs.head_hidden_size
 
 
-@pytest.mark.parametrize("kwargs", [{"window_size": (8, 8)}, {"window_size": (8, 6)}, {"window_size": [6, 8]}])
-def test_window_size_pair_computes_like_timm(kwargs):
-    """timm takes window_size as (height, width): the same windows per stage and the same logits."""
+def _pair_with_tables(**kwargs):
+    """``_pair`` with the bias tables drawn off zero (tables of the wrong shape would not load), and its logits
+    checked against timm's."""
     ours, theirs = _pair(**kwargs)
     with torch.no_grad():
-        for name, parameter in ours.named_parameters():  # off zero: tables of the wrong shape would not load
+        for name, parameter in ours.named_parameters():
             if name.endswith("relative_position_bias_table"):
                 parameter.normal_()
         theirs.load_state_dict(export(ours.state_dict(), "timm"))
         x = torch.randn(2, 3, 224, 224)
         torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)
+    return ours, theirs
+
+
+@pytest.mark.parametrize("kwargs", [{"window_size": (8, 8)}, {"window_size": (8, 6)}, {"window_size": [6, 8]}])
+def test_window_size_pair_computes_like_timm(kwargs):
+    """timm takes window_size as (height, width): the same windows per stage and the same logits."""
+    ours, theirs = _pair_with_tables(**kwargs)
     assert [stage.window for stage in ours.layers] == [stage.blocks[1].window_size for stage in theirs.layers]
     assert ours.config.window_size == (8 if kwargs["window_size"] == (8, 8) else tuple(kwargs["window_size"]))
 
 
-def test_window_size_per_stage_is_refused():
-    with pytest.raises(TypeError, match=r"window_size.*\(height, width\) pair.*per-stage"):
-        swin.create_model("swin_t", window_size=(7, 7, 7, 7))
+@pytest.mark.parametrize("window_size", [[7, 7, 14, 7], [(8, 6), 7, 7, 5], ((6, 6), (6, 6), (6, 6), (6, 6))])
+def test_per_stage_windows_compute_like_timm(window_size):
+    """timm takes one window per stage: the same windows and shifts per stage, and the same logits."""
+    ours, theirs = _pair_with_tables(window_size=window_size)
+    assert [stage.window for stage in ours.layers] == [stage.blocks[1].window_size for stage in theirs.layers]
+    assert [ours.layers[i].blocks[1].shift_for(*size) for i, size in enumerate(ours.stage_sizes(224, 224))] == [
+        stage.blocks[1].shift_size for stage in theirs.layers
+    ]
+
+
+def test_per_stage_windows_are_checked():
+    with pytest.raises(ValueError, match=r"3 per-stage windows .* for 4 stages"):
+        swin.create_model("swin_t", window_size=(7, 7, 5))
     with pytest.raises(ValueError, match="window_size must be a positive integer"):
         swin.create_model("swin_t", window_size=(8, 0))
+    with pytest.raises(TypeError, match=r"window_size.*one of those per stage"):
+        swin.create_model("swin_t", window_size=(7, 7, "7", 7))
+    # one window for every stage has one spelling
+    assert swin.get_config("swin_t").replace(window_size=[(7, 7)] * 4).window_size == 7
 
 
-OVERLAY = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "crop_pct": 1.0, "input_size": (3, 256, 256)}
+OVERLAY = OVERLAY = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "crop_pct": 1.0, "input_size": (3, 256, 256)}
 
 
 @pytest.mark.parametrize("overlay", [OVERLAY, {**OVERLAY, "num_classes": 10}, {"interpolation": "bilinear"}])

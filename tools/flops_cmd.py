@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..costs import TOLERANCE, flops, parse_size
-from ..registry import resolve_name
+from ..registry import describe_window, resolve_name
 from .argtypes import whole_number
 
 __all__ = ["DEFAULT_SWEEP", "cmd_flops", "plot_sweep", "register", "render", "render_sweep", "sweep"]
@@ -99,7 +99,7 @@ def _table(report: dict, units: _Units) -> str:
     out = []
     padded = " (padded to window multiples)" if report["padded"] else ""
     out.append(
-        f"{report['model']}: {_hw(report['img_size'])} input{padded}, window {report['window_size']}, "
+        f"{report['model']}: {_hw(report['img_size'])} input{padded}, window {describe_window(report['window_size'])}, "
         f"{report['semantics']} semantics, {report['params']:,} parameters"
     )
     out.append(units.header)
@@ -184,7 +184,7 @@ def _verdict(report: dict) -> str:
 def _markdown(report: dict, units: _Units) -> str:
     g = units.name
     out = [
-        f"**{report['model']}** at {_hw(report['img_size'])}, window {report['window_size']}: "
+        f"**{report['model']}** at {_hw(report['img_size'])}, window {describe_window(report['window_size'])}: "
         f"{report['params']:,} parameters. {units.header}",
         "",
         f"| stage | tokens | window | C | depth | MSA G{g} | W-MSA G{g} | MSA / W-MSA | W-MSA padded G{g} |",
@@ -348,8 +348,8 @@ def render_sweep(reports: list[dict], fmt: str = "table", as_flops: bool = False
             )
         )
     title = (
-        f"{first['model']}, window {first['window_size']}: cost against image size. MSA grows with the square "
-        "of the pixels, W-MSA linearly; 'x' columns are relative to the first size."
+        f"{first['model']}, window {describe_window(first['window_size'])}: cost against image size. MSA grows with "
+        "the square of the pixels, W-MSA linearly; 'x' columns are relative to the first size."
     )
     if fmt == "markdown":
         lines = [title, "", units.header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -443,7 +443,8 @@ def plot_sweep(reports: list[dict], path: str, as_flops: bool = False, dpi: int 
     ratio.set_ylabel("MSA / W-MSA")
     ratio.set_title("MSA cost / W-MSA cost")
     ratio.grid(True, alpha=0.3)
-    figure.suptitle(f"{reports[0]['model']}, window {reports[0]['window_size']}: MSA quadratic, W-MSA linear")
+    window = describe_window(reports[0]["window_size"])
+    figure.suptitle(f"{reports[0]['model']}, window {window}: MSA quadratic, W-MSA linear")
     figure.tight_layout()
     from .figure import save
 

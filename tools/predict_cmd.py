@@ -49,9 +49,10 @@ def check_window(arch: str, state: dict[str, torch.Tensor], origin: str) -> None
         advice = f"run it with --model {fitting[0]}" + (f" (or {', '.join(fitting[1:])})" if fitting[1:] else "")
     else:
         windows = ", ".join(_window_of(rows[i]) for i in sorted(rows))
+        setting = f"window_size: [{windows}]" if "rows" not in windows else "window_size, one per stage"
         advice = (
             f"register an architecture like {arch} whose stages have the checkpoint's windows ({windows}; set by "
-            "window_size, and img_size where a stage's map is smaller than the window) in a YAML file (format of "
+            f"{setting}, and img_size where a stage's map is smaller than the window) in a YAML file (format of "
             "registry/models.yaml), and run it with --models-file FILE"
         )
     raise ValueError(f"{origin} has {theirs} at stage {stage + 1} but {arch} has window {ours} there: {advice}")

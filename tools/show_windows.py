@@ -234,7 +234,7 @@ def stage_layout(
         stages=stages,
         block=2 if shifted else 1,
         layout=layout_for(*map_size, window, shift, rules.pad_first),
-        window_reason=_window_reason(rules, map_size, window, config.window),
+        window_reason=_window_reason(rules, map_size, window, config.stage_window_sizes[stage - 1]),
         shift_reason=_shift_reason(rules, map_size, window, shift, depth),
     )
 

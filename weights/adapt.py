@@ -23,8 +23,9 @@ import warnings
 from collections import defaultdict
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ..layers.position_bias import resize_bias_table
 
 __all__ = ["adapt_input_conv", "resize_relative_position_bias_table", "fit_state_dict"]
 
@@ -39,12 +40,7 @@ def resize_relative_position_bias_table(table: torch.Tensor, window: tuple[int, 
     side = math.isqrt(length)
     if side * side != length:
         raise ValueError(f"cannot resize a relative position bias table of {length} rows: not a square window's")
-    target = (2 * window[0] - 1, 2 * window[1] - 1)
-    if (side, side) == target:
-        return table
-    grid = table.float().permute(1, 0).reshape(1, heads, side, side)
-    resized = F.interpolate(grid, size=target, mode="bicubic", align_corners=False)
-    return resized.reshape(heads, -1).permute(1, 0).contiguous().to(table.dtype)
+    return resize_bias_table(table, ((side + 1) // 2, (side + 1) // 2), window)
 
 
 def adapt_input_conv(weight: torch.Tensor, in_chans: int) -> torch.Tensor:

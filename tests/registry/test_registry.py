@@ -48,6 +48,16 @@ def test_register_from_yaml(registry, tmp_path):
         swin.register_model(path)
 
 
+def test_register_per_stage_windows_from_yaml(registry, tmp_path):
+    """timm's per-stage windows, written as YAML lists: the stages get them, and the table rows follow."""
+    path = tmp_path / "windows.yaml"
+    path.write_text("swin_windows_test:\n  depths: [1, 1, 2, 1]\n  window_size: [7, [8, 6], 14, 7]\n")
+    swin.register_model(path)
+    model = swin.create_model("swin_windows_test")
+    assert [stage.window for stage in model.layers] == [(7, 7), (8, 6), (14, 14), (7, 7)]
+    assert model.layers[1].blocks[0].attn.relative_position_bias_table.shape == (15 * 11, 6)
+
+
 def test_register_with_bad_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("swin_bad_test:\n  embed_dim: 32\n  window: 7\n")
