@@ -27,6 +27,7 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -96,17 +97,40 @@ _PER_SAMPLE = ("swin.", "torch.nn.modules.")
 
 def plain(model: torch.nn.Module) -> bool:
     """No forward hooks below ``model`` or global ones, and only modules known to work per sample (ours and
-    torch's layers): what a compiled graph may replace without a user's code missing a call."""
+    torch's layers, with their own ``forward``: not one patched onto the instance or the class): what a compiled
+    graph may replace without a user's code missing a call."""
     from torch.nn.modules import module as torch_module
 
     if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
         return False
+    known = _KNOWN_FORWARD
     for m in model.modules():
         if m is not model and (m._forward_hooks or m._forward_pre_hooks):
             return False
-        if not type(m).__module__.startswith(_PER_SAMPLE):
+        cls = type(m)
+        if known.get(cls) is not cls.forward and not _known_forward(cls):
+            return False
+        if "forward" in m.__dict__:  # a function patched onto the instance
             return False
     return True
+
+
+# Per class, its forward when that is one of ours or torch.nn's own, unpatched (see _known_forward).
+_KNOWN_FORWARD: dict[type, object] = {}
+
+
+def _known_forward(cls: type) -> bool:
+    """Whether ``cls`` is one of ours or torch.nn's and its ``forward`` is the one its defining class's module
+    wrote: not a user's function patched onto the class (``WindowAttention.forward = capture``, through
+    ``functools.wraps`` too), which would see pieces of the batch."""
+    function = cls.forward
+    owner = next(base for base in cls.__mro__ if "forward" in vars(base))
+    code = getattr(function, "__code__", None)
+    source = getattr(sys.modules.get(owner.__module__), "__file__", None)
+    known = cls.__module__.startswith(_PER_SAMPLE) and code is not None and code.co_filename == source
+    if known:
+        _KNOWN_FORWARD[cls] = function
+    return known
 
 
 def splittable(model: torch.nn.Module) -> bool:

@@ -89,12 +89,15 @@ def create_model(
         pretrained_cfg_overlay: as timm's: entries that replace those of ``model.pretrained_cfg`` (``mean``,
             ``crop_pct``, ...); its ``num_classes`` and ``input_size`` are the model's defaults (an explicit
             ``num_classes``/``in_chans``/``img_size`` wins), and with ``pretrained=True`` its ``state_dict``,
-            ``file`` or ``url`` (in that order) is what is loaded.
+            ``file`` or ``url`` (in that order) is what is loaded; ``num_classes=-1`` (timm's train.py
+            ``--pretrained-path``) loads the weights' trunk under a new head of the model's ``num_classes``.
         **overrides: any :class:`swin.registry.SwinConfig` field (``num_classes=10``, ``img_size=384``,
             ``window_size=(8, 8)``, ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier
             ``global_pool`` ("avg", "max", "avgmax", "catavgmax", ""; with ``features_only`` checked and
             ignored, as timm does). As in timm, an override given as ``None`` is left out; timm's
-            ``dynamic_img_size=False`` and ``strict_img_size=True`` are its defaults and change nothing.
+            ``dynamic_img_size=False`` and ``strict_img_size=True`` are its defaults and change nothing;
+            ``device`` and ``dtype`` place the model once its weights are loaded; timm's layer flags
+            ``exportable`` and ``no_jit`` change nothing, and ``scriptable=True`` is refused (no TorchScript).
 
     Raises:
         KeyError: unknown name (the message lists the closest registered names).
@@ -106,7 +109,12 @@ def create_model(
     # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
     overrides = {key: value for key, value in overrides.items() if value is not None}
     _check_timm_options(overrides)
+    placement = _placement(overrides)
     overlay = _overlay(pretrained_cfg_overlay, overrides, features_only)
+    # timm's train.py --pretrained-path: num_classes=-1 in the overlay loads the file's trunk under a new head
+    new_head = overlay.get("num_classes") == -1
+    if new_head:
+        del overlay["num_classes"]
     source = _overlay_source(overlay, pretrained)
     arch, tag, pretrained = _split_tag(name, pretrained)
     pretrained = pretrained if source is None else source
@@ -153,6 +161,10 @@ def create_model(
             # an untrained head behind the file's features (a backbone takes a classifier's trunk: not whole)
             path = _existing_file(checkpoint_path)
             load_pretrained(model, canonical, path, whole=not features_only)
+    if new_head and wanted and not features_only:
+        model.reset_classifier(model.num_classes)
+    if placement:
+        model.to(**placement)
     if overlay:
         # timm's features_only models leave out the classifier's entries (its pretrained_cfg_for_features)
         dropped = ("num_classes", "classifier", "global_pool") if features_only else ()
@@ -195,6 +207,28 @@ def _check_timm_options(overrides: dict[str, Any]) -> None:
                 raise ValueError(_IMG_SIZE_REFUSAL.format(option=option, value=value))
 
 
+def _placement(overrides: dict[str, Any]) -> dict[str, Any]:
+    """timm's factory options that are not the architecture's, taken out of ``overrides``: ``device`` and
+    ``dtype`` (returned, for ``model.to``), and its layer flags ``scriptable`` / ``exportable`` / ``no_jit``
+    (timm's train.py passes ``scriptable=False``): these models have no scripted layers, export through
+    torch.export and ONNX, and are not scriptable."""
+    if overrides.pop("scriptable", False):
+        raise ValueError(
+            "scriptable=True asks for TorchScript, which these models do not support (per-size window plans are "
+            "Python); deploy with torch.export or ONNX (swin.export, `swin export`), or use torch.compile"
+        )
+    for flag in ("exportable", "no_jit"):
+        if not isinstance(overrides.pop(flag, False), bool):
+            raise TypeError(f"{flag} is timm's layer flag, True or False")
+    placement = {key: overrides.pop(key) for key in ("device", "dtype") if key in overrides}
+    if "device" in placement:
+        placement["device"] = torch.device(placement["device"])
+    dtype = placement.get("dtype")
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype expects a floating point torch.dtype (torch.bfloat16, ...), got {dtype!r}")
+    return placement
+
+
 def _overlay(overlay: Mapping[str, Any] | None, overrides: dict[str, Any], features_only: bool) -> dict[str, Any]:
     """``pretrained_cfg_overlay`` as a dict; as timm, its ``num_classes`` and ``input_size`` become the defaults
     of ``num_classes``, ``in_chans`` and ``img_size`` (timm's Swin configs have a fixed input size)."""
@@ -206,7 +240,7 @@ def _overlay(overlay: Mapping[str, Any] | None, overrides: dict[str, Any], featu
             "pass e.g. pretrained_cfg_overlay={'mean': (0.5, 0.5, 0.5)}"
         )
     overlay = dict(overlay)
-    if overlay.get("num_classes") is not None and not features_only:
+    if overlay.get("num_classes") is not None and overlay["num_classes"] != -1 and not features_only:
         overrides.setdefault("num_classes", overlay["num_classes"])
     if overlay.get("input_size") is not None:
         if len(overlay["input_size"]) != 3:

@@ -119,6 +119,15 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtyp
     return chosen
 
 
+def _quantized_module(model: nn.Module) -> str | None:
+    """A description of the first quantized module of ``model`` (``torch.ao.quantization.quantize_dynamic``'s
+    linears and the like), or None."""
+    for name, module in model.named_modules():
+        if type(module).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized")):
+            return f"{name or 'the model'} ({type(module).__module__}.{type(module).__name__})"
+    return None
+
+
 def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
     """Every parameter and buffer, by one walk over the modules' own tables (a shared tensor is listed once per
     module holding it): checked before every call, so not ``parameters()`` and ``buffers()``, which walk twice
@@ -369,8 +378,8 @@ def optimize(
     Args:
         model: a swin model (or any module); put it on its device first. It is switched to eval mode and its
             weights are cast to ``dtype`` in place.
-        dtype: ``"auto"`` (:func:`fastest_dtype`), ``"float32"``, ``"bfloat16"``, ``"float16"`` (CUDA) or a
-            ``torch.dtype``.
+        dtype: ``"auto"`` (:func:`fastest_dtype`; float32 for a model holding quantized modules, whose kernels
+            take float32), ``"float32"``, ``"bfloat16"``, ``"float16"`` (CUDA) or a ``torch.dtype``.
         compile: ``True``: ``torch.compile`` with freezing, unless forward hooks or modules other than ours and
             torch's are present (then eager, so they see every call); ``"force"``: compile anyway (as one
             graph: a module that breaks it is an error); ``False``: eager in ``dtype``.
@@ -389,7 +398,13 @@ def optimize(
         raise ValueError(f"compile must be True, False or 'force', got {compile!r}")
     parameter = next(model.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
-    chosen = _resolve_dtype(dtype, device)
+    quantized = _quantized_module(model)
+    chosen = torch.float32 if quantized and dtype == "auto" else _resolve_dtype(dtype, device)
+    if quantized and chosen != torch.float32:
+        raise ValueError(
+            f"{quantized} is a quantized module, whose int8 kernels take float32 activations: it cannot run in "
+            f"{chosen}; pass dtype='float32' (or 'auto', which keeps float32 for quantized models)"
+        )
     with torch.inference_mode(False):  # weights made here stay usable (and versioned) outside inference mode
         model.eval().to(chosen)
     return OptimizedModel(model, compile, mode).eval()

@@ -73,7 +73,7 @@ def test_unknown_name_suggests_close_ones():
     [
         ({"embed_dim": "96"}, "embed_dim.*expects int"),
         ({"depths": 4}, "depths.*expects a list"),
-        ({"window_size": 7.5}, "window_size.*expects int"),
+        ({"window_size": 7.5}, "window_size.*expects an int"),
         ({"qkv_bias": 1}, "qkv_bias.*expects bool"),
         ({"windowsize": 7}, "unknown config field.*windowsize"),
     ],

@@ -370,3 +370,22 @@ def test_a_batchnorm_on_batch_statistics_is_still_compiled():
     model = swin.create_model("swin_t", depths=(1, 1, 1, 1)).eval()
     model.head = torch.nn.Sequential(torch.nn.BatchNorm1d(768, track_running_stats=False), model.head).eval()
     assert _compilable(model) and not splittable(model)
+
+
+def test_a_dynamically_quantized_model_stays_float32():
+    """quantize_dynamic's int8 linears take float32 activations: 'auto' keeps float32 (on a bf16 CPU it cast
+    the model and failed with "expected scalar type Float but found BFloat16"), bfloat16 is refused, naming the
+    module, before the model is changed."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = quantized(x)
+    with pytest.raises(ValueError, match=r"layers\.0\.blocks\.0\.attn\.qkv .* is a quantized module.*'float32'"):
+        swin.optimize(quantized, dtype="bfloat16", compile=False)
+    assert quantized.head.weight().dtype == torch.qint8 and quantized.norm.weight.dtype == torch.float32
+    fast = swin.optimize(quantized)
+    with pytest.warns(UserWarning, match="running eager"):
+        got = fast(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)

@@ -356,3 +356,47 @@ def test_timm_input_size_options():
 def test_timm_options_swin_does_not_take_are_named(option, pattern):
     with pytest.raises(TypeError, match=rf"{option}.*{pattern}"):
         swin.create_model("swin_t", **{option: 0.1 if option == "proj_drop_rate" else "NHWC"})
+
+
+def test_timm_train_script_options_are_taken():
+    """timm's train.py calls create_model with scriptable=args.torchscript (False) and options left at None."""
+    kwargs = dict(in_chans=3, num_classes=None, drop_rate=0.0, drop_path_rate=None, drop_block_rate=None)
+    kwargs |= dict(global_pool=None, bn_momentum=None, bn_eps=None, scriptable=False, checkpoint_path=None)
+    ours = swin.create_model("swin_t", pretrained=False, exportable=True, no_jit=True, **kwargs)
+    theirs = timm.create_model(TIMM_T, pretrained=False, exportable=True, no_jit=True, **kwargs)
+    assert ours.num_classes == theirs.num_classes == 1000
+    with pytest.raises(ValueError, match=r"scriptable=True asks for TorchScript.*torch.export"):
+        swin.create_model("swin_t", scriptable=True)
+
+
+def test_device_and_dtype_place_the_model_as_timm():
+    ours = swin.create_model("swin_t", **SMALL, device="cpu", dtype=torch.bfloat16)
+    theirs = timm.create_model(TIMM_T, **SMALL, device="cpu", dtype=torch.bfloat16)
+    assert {p.dtype for p in ours.parameters()} == {p.dtype for p in theirs.parameters()} == {torch.bfloat16}
+    with pytest.raises(TypeError, match="dtype expects a floating point torch.dtype"):
+        swin.create_model("swin_t", dtype=torch.int8)
+
+
+@pytest.mark.parametrize("num_classes", [None, 10])
+def test_pretrained_path_of_timm_train_gets_a_new_head(tmp_path, num_classes):
+    """train.py --pretrained-path: pretrained_cfg_overlay=dict(file=..., num_classes=-1) loads the trunk and
+    makes a new head (timm 'forces head adaptation'), of the model's num_classes."""
+    torch.manual_seed(0)
+    source = swin.create_model("swin_t", **SMALL)
+    torch.save(source.state_dict(), tmp_path / "ours.pth")
+    torch.save(export(source.state_dict(), "timm"), tmp_path / "timm.pth")
+    models = [
+        create(name, **SMALL, num_classes=num_classes, pretrained=True, pretrained_cfg_overlay=overlay)
+        for create, name, overlay in [
+            (swin.create_model, "swin_t", {"file": str(tmp_path / "ours.pth"), "num_classes": -1}),
+            (timm.create_model, TIMM_T, {"file": str(tmp_path / "timm.pth"), "num_classes": -1}),
+        ]
+    ]
+    ours, theirs = models
+    assert ours.num_classes == theirs.num_classes == (num_classes or 1000)
+    if num_classes is None:  # a head of the file's size, yet not the file's
+        assert not torch.equal(theirs.head.fc.weight, source.head.weight)
+        assert not torch.equal(ours.head.weight, source.head.weight)
+    trunk = {k: v for k, v in source.state_dict().items() if not k.startswith("head.")}
+    mine = ours.state_dict()
+    assert all(torch.equal(mine[k], v) for k, v in trunk.items())

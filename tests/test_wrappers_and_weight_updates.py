@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import swin
@@ -243,3 +245,41 @@ def test_a_batchnorm_without_running_statistics_is_not_chunked(monkeypatch):
         pieces = torch.cat([model(x[i : i + 1]) for i in range(4)])
     assert not torch.allclose(pieces, whole, atol=1e-4)  # the batch's statistics matter here
     torch.testing.assert_close(chunked, whole)
+
+
+def _batch_centered_norm(norm: nn.LayerNorm):
+    """A forward that depends on the whole batch (its mean over images), as a user may patch one in."""
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x - x.mean(0), norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+    return forward
+
+
+@pytest.mark.parametrize("where", ["instance", "class"])
+def test_a_patched_forward_sees_the_whole_batch(monkeypatch, where):
+    """A forward patched onto a module or its class (code capturing attention outputs does this) is the user's
+    code, as a hook is: it must see the batch once, whole (in pieces it saw 4 images at a time)."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    norm = model.layers[0].blocks[0].norm1
+    seen = []
+    if where == "instance":
+        monkeypatch.setattr(norm, "forward", _batch_centered_norm(norm), raising=False)
+    else:
+        layer_norm = nn.LayerNorm.forward
+
+        @functools.wraps(layer_norm)
+        def recording(self, x):
+            seen.append(x.shape[0])
+            return layer_norm(self, x)
+
+        monkeypatch.setattr(nn.LayerNorm, "forward", recording)
+    monkeypatch.setattr(execution, "CHUNK_BYTES", 1)  # one image per piece, were pieces allowed
+    x = torch.randn(4, 3, 64, 64)
+    with torch.no_grad():
+        got = model(x)
+        monkeypatch.setattr(execution, "ENABLED", False)
+        whole = model(x)
+    torch.testing.assert_close(got, whole, rtol=0, atol=0)
+    assert set(seen) <= {4}
