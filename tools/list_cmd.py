@@ -6,7 +6,7 @@ import fnmatch
 import json
 import sys
 
-from ..registry import get_config, list_models, resolve_name
+from ..registry import describe_window, get_config, list_models, resolve_name
 from ..registry.params import count_parameters
 
 __all__ = ["matching_models", "model_rows", "cmd_list", "cmd_info", "register"]
@@ -65,14 +65,15 @@ def cmd_list(args) -> int:
         for r in rows:
             print(
                 f"| {r['name']} | {', '.join(r['aliases'])} | {r['img_size'][0]}x{r['img_size'][1]} "
-                f"| {r['window_size']} | {r['embed_dim']} | {r['depths']} | {r['num_heads']} | {r['params']:,} |"
+                f"| {describe_window(r['window_size'])} | {r['embed_dim']} | {r['depths']} | {r['num_heads']} "
+                f"| {r['params']:,} |"
             )
     else:
         table = [
             (
                 r["name"],
                 f"{r['img_size'][0]}x{r['img_size'][1]}",
-                str(r["window_size"]),
+                describe_window(r["window_size"]),
                 f"{r['params'] / 1e6:.2f}M",
                 ", ".join(r["aliases"]),
             )
@@ -123,7 +124,7 @@ def cmd_info(args) -> int:
         "num_classes",
         "drop_path_rate",
     ):
-        print(f"  {key:<15} {info[key]}")
+        print(f"  {key:<15} {describe_window(config.window_size) if key == 'window_size' else info[key]}")
     print(f"  {'params':<15} {info['params']:,}")
     height, width = config.img_size
     print(f"  {'GMACs':<15} {info['gmacs']:.2f} at {height}x{width} (multiply-adds; GFLOPs = 2 x GMACs)")

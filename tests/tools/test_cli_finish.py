@@ -135,6 +135,20 @@ def test_swin_models_env_reaches_every_command(models_file, monkeypatch, capsys)
     assert "my_swin" in capsys.readouterr().out
 
 
+def test_per_stage_windows_are_shown_as_such(tmp_path, capsys):
+    """A models file with one window per stage (timm's form): every command says the windows in one spelling."""
+    path = tmp_path / "windows.yaml"
+    path.write_text(USER_MODELS.replace("window_size: 7", "window_size: [7, 7, 14, [8, 6]]"))
+    assert main(["--models-file", str(path), "info", "my_swin"]) == 0
+    out = capsys.readouterr().out
+    assert "window_size     7, 7, 14, 8x6 per stage" in out and "stage 4: 7x7 tokens" in out
+    assert "window 7x6" in out  # stage 4's map (7x7) shrinks the 8x6 window's height
+    assert main(["--models-file", str(path), "list", "my_*"]) == 0
+    assert "7, 7, 14, 8x6 per stage" in capsys.readouterr().out
+    assert main(["--models-file", str(path), "flops", "my_swin", "--no-measure"]) == 0
+    assert "window 7, 7, 14, 8x6 per stage" in capsys.readouterr().out
+
+
 def test_missing_models_file_is_one_line(tmp_path, capsys):
     assert main(["--models-file", str(tmp_path / "none.yaml"), "list"]) == 1
     err = capsys.readouterr().err
