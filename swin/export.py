@@ -48,9 +48,6 @@ def valid_size_ranges(model: SwinTrunk, axis: int | None = None) -> list[tuple[i
     (``None``; the same on a model whose windows are square). An exported range must lie inside one of them
     (see :func:`dynamic_size_range`)."""
     axes = _axes(axis)
-    if not get_semantics(model.semantics).shrink_window:  # detection: the window never shrinks
-        window = max(stage.window[a] for stage in model.layers for a in axes)
-        return [((window + 1) * SIZE_MULTIPLE, _MAX_STEPS * SIZE_MULTIPLE)]
     patch = model.patch_embed.patch_size
 
     def pattern(k: int) -> tuple[bool, ...]:
@@ -62,6 +59,11 @@ def valid_size_ranges(model: SwinTrunk, axis: int | None = None) -> list[tuple[i
             sides.append(-(-sides[-1] // 2))
         return tuple(side > stage.window[a] for a in axes for side, stage in zip(sides, model.layers, strict=True))
 
+    if not get_semantics(model.semantics).shrink_window:  # detection: the window never shrinks
+        # sizes where every stage's map is larger than its window (more than one window per axis), from the
+        # smallest up (the sides grow with the size)
+        first = next((k for k in range(1, _MAX_STEPS + 1) if all(pattern(k))), _MAX_STEPS + 1)
+        return [(first * SIZE_MULTIPLE, _MAX_STEPS * SIZE_MULTIPLE)]
     ranges: list[tuple[int, int]] = []
     start = 1
     for k in range(2, _MAX_STEPS + 2):

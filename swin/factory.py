@@ -85,7 +85,8 @@ def create_model(
             of ``num_classes`` on a checkpoint's trunk, pass it as ``pretrained=PATH``.
         optimize: ``True`` (or a dtype: ``"bfloat16"``, ``torch.float32``, ...): return the model through
             :func:`swin.optimize`, the fastest inference version for this machine's CPU (compiled on its first
-            call). For a GPU, build the model, move it (``.cuda()``) and call ``swin.optimize`` on it.
+            call), in ``dtype`` when that is given too. For a GPU, build the model, move it (``.cuda()``) and
+            call ``swin.optimize`` on it.
         pretrained_cfg_overlay: as timm's: entries that replace those of ``model.pretrained_cfg`` (``mean``,
             ``crop_pct``, ...); its ``num_classes`` and ``input_size`` are the model's defaults (an explicit
             ``num_classes``/``in_chans``/``img_size`` wins), and with ``pretrained=True`` its ``state_dict``,
@@ -172,7 +173,12 @@ def create_model(
     if optimize is not False:
         from .optimized import optimize as make_fast
 
-        return make_fast(model, dtype="auto" if optimize is True else optimize)
+        if optimize is not True and "dtype" in placement:
+            raise ValueError(
+                f"dtype={placement['dtype']} and optimize={optimize!r} both name a dtype; pass it once: "
+                "optimize=True with dtype=..., or optimize=DTYPE"
+            )
+        return make_fast(model, dtype=placement.get("dtype", "auto") if optimize is True else optimize)
     return model
 
 

@@ -170,7 +170,10 @@ class SwinTransformer(SwinTrunk):
             kept = {"depths": self.config.depths[: last + 1], "num_heads": self.config.num_heads[: last + 1]}
             if any(self.config.pretrained_window_sizes):
                 kept["pretrained_window_sizes"] = self.config.pretrained_window_sizes[: last + 1]
+            kept["window_size"] = self.config.stage_window_sizes[: last + 1]
             self.config = self.config.replace(**kept)
+            windows, grid = self._window_reference  # what set_input_size scales from, for the stages kept
+            self._window_reference = (windows[: last + 1], grid)
         if prune_head or prune_end:
             self.reset_classifier(0, "")
         return chosen

@@ -62,6 +62,22 @@ def test_ranges_are_per_axis(model):
         check_size_ranges(model, ((100, 224), (128, 160)))
 
 
+def test_a_backbone_range_reads_each_stage_s_window():
+    """Detection semantics, windows 12, 12, 12, 7 per stage: by hand, the maps at 32k pixels are 8k, 4k, 2k and k,
+    all larger than their windows from k = 8 (stage 4: 8 > 7; stage 3: 16 > 12) on; the range started at
+    416 = (12 + 1) * 32, as if stage 4 had the largest window."""
+    backbone = swin.create_model(
+        "swin_t",
+        features_only=True,
+        depths=(1, 1, 1, 1),
+        embed_dim=16,
+        num_heads=(1, 2, 4, 8),
+        window_size=[12, 12, 12, 7],
+    )
+    assert valid_size_ranges(backbone) == [(256, 2048)]
+    assert check_size_range(backbone, (256, 512)) == (256, 512)
+
+
 def test_onnx_matches_eager_in_both_ranges_and_refuses_other_widths(model, tmp_path):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")

@@ -24,8 +24,10 @@ def _pair(ours_name: str, timm_name: str):
     ours = swin.create_model(ours_name, **SMALL).eval()
     theirs = timm.create_model(timm_name, **SMALL).eval()
     with torch.no_grad():
-        for name, parameter in ours.named_parameters():  # tables off zero, so that a wrong gather shows
-            if name.endswith("relative_position_bias_table"):
+        for name, parameter in ours.named_parameters():
+            # tables off zero, so that a wrong gather shows; V2's res-post-norms off their zero start, without
+            # which attention (and so its windows) would not reach the logits at all
+            if name.endswith("relative_position_bias_table") or (ours.config.version == 2 and ".norm" in name):
                 parameter.normal_()
     theirs.load_state_dict(export(ours.state_dict(), "timm"))
     return ours, theirs

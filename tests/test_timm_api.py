@@ -231,6 +231,21 @@ def test_prune_intermediate_layers_matches_timm(kwargs):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
+def test_prune_then_set_input_size_with_per_stage_windows_as_timm():
+    """The pruned model keeps the windows of the stages it keeps (the config failed with 4 windows for 2
+    stages, the model left half pruned), and set_input_size scales those (it named 4 windows for 2 stages)."""
+    ours, theirs = _pair(window_size=[7, 7, 14, 7])
+    assert ours.prune_intermediate_layers(indices=[0, 2]) == theirs.prune_intermediate_layers(indices=[0, 2])
+    ours.set_input_size(img_size=256)
+    theirs.set_input_size(img_size=256)
+    assert [stage.window for stage in ours.layers] == [stage.blocks[1].window_size for stage in theirs.layers]
+    assert len(ours.layers) == 3
+    theirs.load_state_dict(export(ours.state_dict(), "timm"))
+    x = torch.randn(1, 3, 256, 256)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x).permute(0, 3, 1, 2), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("global_pool", ["avg", "catavgmax", ""])
 def test_head_hidden_size_and_embed_dim_match_timm(global_pool):
     ours, theirs = _pair(global_pool)
@@ -375,6 +390,11 @@ def test_device_and_dtype_place_the_model_as_timm():
     assert {p.dtype for p in ours.parameters()} == {p.dtype for p in theirs.parameters()} == {torch.bfloat16}
     with pytest.raises(TypeError, match="dtype expects a floating point torch.dtype"):
         swin.create_model("swin_t", dtype=torch.int8)
+    # with optimize=True the dtype asked for is the one it runs in ('auto' recast it to bf16 on a bf16 CPU)
+    fast = swin.create_model("swin_t", depths=(1, 1, 1, 1), dtype=torch.float32, optimize=True)
+    assert {p.dtype for p in fast.model.parameters()} == {torch.float32}
+    with pytest.raises(ValueError, match="both name a dtype; pass it once"):
+        swin.create_model("swin_t", depths=(1, 1, 1, 1), dtype=torch.float32, optimize="bfloat16")
 
 
 @pytest.mark.parametrize("num_classes", [None, 10])
