@@ -115,6 +115,35 @@ class SwinTrunk(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``; a state dict in another layout (timm's, torchvision's, a DDP
+        ``module.`` prefix, a whole training checkpoint) fails with torch's message and how to convert it."""
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except RuntimeError as error:
+            hint = self._layout_hint(state_dict)
+            if hint is None:
+                raise
+            raise RuntimeError(f"{error}\n\t{hint}") from None
+
+    def _layout_hint(self, state_dict) -> str | None:
+        """How to load ``state_dict`` when :func:`swin.weights.convert` makes it fit better, else None."""
+        from .weights.convert import convert, detect_layout, unwrap
+
+        try:
+            converted = convert(state_dict)
+            layout = detect_layout(unwrap(state_dict))
+        except Exception:  # not a checkpoint convert reads: torch's message alone
+            return None
+        own = set(super().state_dict())
+        if len(own & set(converted)) <= len(own & set(state_dict)):
+            return None
+        what = f"{layout}'s layout" if layout != "official" else "a wrapper or under a prefix"
+        return (
+            f"The state dict is in {what}: load swin.weights.convert(state_dict), which gives this model's layout "
+            "(as create_model(..., checkpoint_path=FILE) does)"
+        )
+
     # -- input checks and the embedding edge -----------------------------------------------------------
 
     def check_input(self, x: torch.Tensor) -> None:

@@ -420,3 +420,25 @@ def test_pretrained_path_of_timm_train_gets_a_new_head(tmp_path, num_classes):
     trunk = {k: v for k, v in source.state_dict().items() if not k.startswith("head.")}
     mine = ours.state_dict()
     assert all(torch.equal(mine[k], v) for k, v in trunk.items())
+
+
+def test_load_state_dict_of_another_layout_says_how_to_convert(pair):
+    """model.load_state_dict(timm_model.state_dict()) fails as torch fails, then says which layout it is and
+    what loads it (torch's message alone listed 10 missing and unexpected keys); the converted one loads."""
+    from torchvision.models import swin_t as torchvision_swin_t
+
+    from swin.weights import convert
+
+    ours, theirs = pair
+    with pytest.raises(RuntimeError, match=r"(?s)Missing key.*timm's layout: load swin\.weights\.convert"):
+        ours.load_state_dict(theirs.state_dict())
+    wrapped = {"module." + key: value for key, value in ours.state_dict().items()}
+    with pytest.raises(RuntimeError, match="in a wrapper or under a prefix"):
+        ours.load_state_dict(wrapped)
+    ours.load_state_dict(convert(theirs.state_dict()))
+    full = swin.create_model("swin_t")
+    with pytest.raises(RuntimeError, match="torchvision's layout"):
+        full.load_state_dict(torchvision_swin_t().state_dict())
+    with pytest.raises(RuntimeError, match="size mismatch") as error:  # ours, but another shape: torch's message
+        ours.load_state_dict({**ours.state_dict(), "head.weight": torch.zeros(3, 768)})
+    assert "convert" not in str(error.value)
