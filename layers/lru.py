@@ -48,6 +48,11 @@ class BoundedLRU:
             self._pinned = {}
             self._pinned_bytes = 0
 
+    def has_pinned(self) -> bool:
+        """Whether anything is pinned (read before :meth:`pinned`, under a trace a lookup by a symbolic size would
+        fix that size)."""
+        return bool(self._pinned)
+
     def pinned(self, key: Hashable) -> Any:
         """The value pinned under ``key``, or None; reads nothing else and changes nothing."""
         return self._pinned.get(key)

@@ -190,8 +190,10 @@ class WindowPlans:
     ) -> WindowPlan:
         key = (height, width, window, shift, pad_first, device)
         if torch.compiler.is_compiling():
-            static = type(height) is int and type(width) is int  # (not a SymInt)
-            plan = self._cache.pinned(key) if static else None
+            # Only where something is pinned (swin.optimize): dynamo shows a symbolic size as an int, and looking
+            # it up fixes it, so a user's torch.compile(dynamic=True) recompiled for every size.
+            static = type(height) is int and type(width) is int  # (not a SymInt, outside dynamo)
+            plan = self._cache.pinned(key) if static and self._cache.has_pinned() else None
             if plan is None:
                 plan = build_window_plan(height, width, window, shift, pad_first, device, traced=True)
             return plan

@@ -116,3 +116,27 @@ def test_a_model_moved_to_another_device_lets_go_of_the_plans_of_the_one_it_left
         model.to("meta")
         model(torch.empty(1, 3, 224, 224, device="meta"))
     assert {key[-1].type for key in cache._entries} == {"meta"}
+
+
+def test_dynamic_sizes_make_one_graph_when_nothing_is_pinned():
+    """A user's torch.compile(dynamic=True) builds the plans in one graph for every size: the pinned-plan lookup
+    (swin.optimize's) hashed the symbolic size and fixed it, so each new size compiled again (35 s each for a
+    one-block swin_t)."""
+    from torch._dynamo.testing import EagerAndRecordGraphs
+
+    from swin.layers import WindowPlans
+
+    plans = WindowPlans()
+
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        batch, height, width, channels = x.shape
+        plan = plans.get(height, width, (7, 7), (3, 3), False, x.device)
+        return x.reshape(batch, height * width, channels).index_select(1, plan.gather)
+
+    torch._dynamo.reset()
+    backend = EagerAndRecordGraphs()
+    compiled = torch.compile(attend, backend=backend, dynamic=True)
+    for side in (14, 21, 28):
+        x = torch.randn(1, side, side, 2)
+        torch.testing.assert_close(compiled(x), attend(x))
+    assert len(backend.graphs) == 1
