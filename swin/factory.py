@@ -94,8 +94,8 @@ def create_model(
             ``--pretrained-path``) loads the weights' trunk under a new head of the model's ``num_classes``.
         **overrides: any :class:`swin.registry.SwinConfig` field (``num_classes=10``, ``img_size=384``,
             ``window_size=(8, 8)``, ``drop_path_rate=0.2``, ...), ``semantics``, and for the classifier
-            ``global_pool`` ("avg", "max", "avgmax", "catavgmax", ""; with ``features_only`` checked and
-            ignored, as timm does). As in timm, an override given as ``None`` is left out; timm's
+            ``global_pool`` ("avg", "max", "avgmax", "catavgmax", "", timm's "fast..."; with ``features_only``
+            checked and ignored, as timm does). As in timm, an override given as ``None`` is left out; timm's
             ``dynamic_img_size=False`` and ``strict_img_size=True`` are its defaults and change nothing;
             ``device`` and ``dtype`` place the model once its weights are loaded; timm's layer flags
             ``exportable`` and ``no_jit`` change nothing, and ``scriptable=True`` is refused (no TorchScript).

@@ -95,9 +95,12 @@ def test_classifier_feature_info_lists_every_stage_like_timm(pair):
     ]
 
 
-@pytest.mark.parametrize("global_pool", ["avg", "max", "avgmax", "catavgmax", ""])
+@pytest.mark.parametrize(
+    "global_pool", ["avg", "max", "avgmax", "catavgmax", "", "fast", "fastavg", "fastmax", "fastcatavgmax"]
+)
 def test_global_pool_gives_timm_logits(global_pool):
     ours, theirs = _pair(global_pool)
+    assert (ours.global_pool, ours.head_hidden_size) == (theirs.global_pool, theirs.head_hidden_size)
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         expected = theirs(x)
