@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .execution import merged_bias, window_sdpa
+from .execution import merged_bias, module_attention, observed, window_sdpa
 from .position_bias import relative_position_index, resize_bias_table
 
 __all__ = ["WindowAttention", "WindowAttentionBase"]
@@ -27,10 +27,24 @@ class WindowAttentionBase(nn.Module):
         self.dim = dim
         self.num_heads = num_heads
         self.window = tuple(window)
-        self.attn_drop = attn_drop
+        # The official modules around the probabilities: called where a user's code watches or replaces them (a
+        # hook on attn.softmax gets the attention maps, as on the official code); else one kernel does their work.
+        self.softmax = nn.Softmax(dim=-1)
+        self.attn_drop = nn.Dropout(attn_drop)
 
     def position_bias(self) -> torch.Tensor:
         raise NotImplementedError
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float | None = None
+    ) -> torch.Tensor:
+        """softmax(q k^T * scale + position bias + mask) v for (B, nW, heads, N, d) q, k, v, as (B, nW, N, heads*d):
+        through ``softmax`` and ``attn_drop`` when a user's code watches or replaces them, else in one kernel
+        (:func:`swin.layers.execution.window_sdpa`, which applies the dropout itself)."""
+        if observed(self.softmax) or observed(self.attn_drop):
+            return module_attention(q, k, v, self.position_bias(), mask, self.softmax, self.attn_drop, scale)
+        dropout = self.attn_drop.p if self.attn_drop.training else 0.0
+        return window_sdpa(q, k, v, self.position_bias(), mask, dropout, scale)
 
     def derived_buffers(self) -> dict[str, torch.Tensor]:
         """The buffers derived from the window alone (never saved), as built (timm's name for rebuilding them:
@@ -132,5 +146,4 @@ class WindowAttention(WindowAttentionBase):
         qkv = self.qkv(x).view(batch, windows, n, 3, heads, channels // heads).permute(3, 0, 1, 4, 2, 5)
         q, k, v = qkv.unbind(0)  # each B, nW, heads, N, d
         # position bias and mask apart: window_sdpa merges them or its kernel adds them, casting as it needs
-        out = window_sdpa(q, k, v, self.position_bias(), mask, self.attn_drop if self.training else 0.0)
-        return self.proj_drop(self.proj(out))
+        return self.proj_drop(self.proj(self.attend(q, k, v, mask)))

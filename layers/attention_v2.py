@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import WindowAttentionBase
-from .execution import window_sdpa
 from .position_bias import relative_position_index
 
 __all__ = ["WindowAttentionV2", "log_spaced_coords"]
@@ -115,6 +114,4 @@ class WindowAttentionV2(WindowAttentionBase):
         scale = torch.clamp(self.logit_scale, max=LOGIT_SCALE_MAX).exp()  # heads, 1, 1
         q = F.normalize(q, dim=-1) * scale
         k = F.normalize(k, dim=-1)
-        dropout = self.attn_drop if self.training else 0.0
-        out = window_sdpa(q, k, v, self.position_bias(), mask, dropout, scale=1.0)
-        return self.proj_drop(self.proj(out))
+        return self.proj_drop(self.proj(self.attend(q, k, v, mask, scale=1.0)))

@@ -18,7 +18,9 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
 - :func:`window_sdpa`: the attention kernel call for windows, eager or traced: in bf16 inference on a CPU with
   AVX512-BF16 our fused window-attention kernel (:mod:`swin.layers.window_kernel`), else SDPA's fused kernel,
   or on CPU in bf16/fp16 two matmuls and a softmax (faster there at 49-token windows, see
-  ``_matmul_attention_pays``).
+  ``_matmul_attention_pays``). Where a user's code hooks or replaces an attention's ``softmax`` or ``attn_drop``
+  (the official modules, which those kernels do not call), the probabilities are made and passed through them
+  instead (:func:`observed`, :func:`module_attention`): a hook on ``attn.softmax`` gets the attention maps.
 - :func:`swin.layers.linear_kernel.linear_kernels` (its own module, entered beside :func:`image_chunks` in the
   trunk's forward): which GEMM library runs float32 linear layers on CPU, MKL's (ATen's default) or
   oneDNN's, whichever a timing on the machine found faster; every call still goes through the module's
@@ -41,6 +43,8 @@ __all__ = [
     "ENABLED",
     "image_chunks",
     "merged_bias",
+    "module_attention",
+    "observed",
     "plain",
     "run_in_image_chunks",
     "splittable",
@@ -113,6 +117,33 @@ def plain(model: torch.nn.Module) -> bool:
         if "forward" in m.__dict__:  # a function patched onto the instance
             return False
     return True
+
+
+def observed(module: torch.nn.Module) -> bool:
+    """Whether a user's code watches or replaces ``module``, so that it must be called rather than computed
+    around: hooks on it (forward, backward) or global ones, a module of the user's in its place or inside it, or a
+    forward patched onto it. (For the modules a fused kernel would skip: attention's ``softmax`` and
+    ``attn_drop``.)"""
+    from torch.nn.modules import module as torch_module
+
+    if (
+        torch_module._global_forward_hooks
+        or torch_module._global_forward_pre_hooks
+        or torch_module._global_backward_hooks
+        or torch_module._global_backward_pre_hooks
+    ):
+        return True
+    for m in module.modules():
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return True
+        cls = type(m)
+        if _KNOWN_FORWARD.get(cls) is not cls.forward:
+            # read eagerly (code objects are not traced): a class a graph meets first counts as the user's
+            if torch.compiler.is_compiling() or not _known_forward(cls):
+                return True
+        if "forward" in m.__dict__:
+            return True
+    return False
 
 
 # Per class, its forward when that is one of ours or torch.nn's own, unpatched (see _known_forward).
@@ -255,6 +286,29 @@ def _matmul_attention_pays(q: torch.Tensor) -> bool:
     return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
 
 
+def module_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    position_bias: torch.Tensor,
+    mask: torch.Tensor | None,
+    softmax: torch.nn.Module,
+    attn_drop: torch.nn.Module,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """:func:`window_sdpa`'s result with the probabilities made and passed through ``softmax`` and ``attn_drop``
+    (the official modules), for a user's code that watches or replaces them (:func:`observed`): the scores
+    q k^T * scale + position bias + mask, (B, nW, heads, N, N), in the bias's float32 under autocast, as the
+    matmul path."""
+    batch, windows, heads, n, head_dim = q.shape
+    bias = merged_bias(position_bias, mask).reshape(1, windows if mask is not None else 1, heads, n, n)
+    if q.device.type == "meta" or not torch.is_autocast_enabled(q.device.type):  # (meta has no autocast)
+        bias = bias.to(q.dtype)
+    scores = (q * (head_dim**-0.5 if scale is None else scale)) @ k.transpose(-2, -1) + bias
+    out = attn_drop(softmax(scores)) @ v
+    return out.transpose(2, 3).reshape(batch, windows, n, heads * head_dim)
+
+
 def _matmul_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, dropout: float
 ) -> torch.Tensor:
@@ -269,3 +323,7 @@ def _matmul_attention(
         probs = F.dropout(probs, dropout)
     out = probs @ v
     return out.transpose(2, 3).reshape(batch, windows, n, heads * head_dim)
+
+
+for _attention_module in (torch.nn.Softmax, torch.nn.Dropout):  # what observed() meets in every attention
+    _known_forward(_attention_module)

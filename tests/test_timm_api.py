@@ -445,3 +445,25 @@ def test_load_state_dict_of_another_layout_says_how_to_convert(pair):
     with pytest.raises(RuntimeError, match="size mismatch") as error:  # ours, but another shape: torch's message
         ours.load_state_dict({**ours.state_dict(), "head.weight": torch.zeros(3, 768)})
     assert "convert" not in str(error.value)
+
+
+def test_attention_extract_by_hooks_gets_timm_s_maps(pair):
+    """timm.utils.AttentionExtract(method="hook") hooks every '*attn_drop' module: ours has the official
+    softmax and attn_drop modules, called when hooked, so the same maps come out as timm's (its fused attention
+    off, without which timm's attn_drop is not called either); ours per image, (B, nW, heads, N, N)."""
+    from timm.utils import AttentionExtract
+
+    ours, theirs = pair
+    fused = {m: m.fused_attn for m in theirs.modules() if hasattr(m, "fused_attn")}
+    try:
+        for module in fused:
+            module.fused_attn = False
+        x = torch.randn(2, 3, 224, 224)
+        with torch.no_grad():
+            mine, reference = AttentionExtract(ours, method="hook")(x), AttentionExtract(theirs, method="hook")(x)
+    finally:
+        for module, value in fused.items():
+            module.fused_attn = value
+    assert list(mine) == list(reference) and len(mine) == 8
+    for name, maps in mine.items():
+        torch.testing.assert_close(maps.reshape(reference[name].shape), reference[name], atol=1e-6, rtol=1e-5)

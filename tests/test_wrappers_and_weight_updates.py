@@ -283,3 +283,56 @@ def test_a_patched_forward_sees_the_whole_batch(monkeypatch, where):
         whole = model(x)
     torch.testing.assert_close(got, whole, rtol=0, atol=0)
     assert set(seen) <= {4}
+
+
+@pytest.mark.parametrize("name", ["swin_t", "swinv2_t_w8"])
+def test_a_hook_on_attn_softmax_gets_the_attention_maps(monkeypatch, name):
+    """The official code's way to read attention maps, a forward hook on ``attn.softmax``, gets them (the fused
+    kernels never call that module): rows that sum to one, (B, nW, heads, N, N), and the same logits as without
+    the hook; without a hook the module path is not taken."""
+    torch.manual_seed(0)
+    model = swin.create_model(name, depths=(1, 1, 1, 1), num_classes=10).eval()
+    x = torch.randn(2, 3, 64, 64)
+    taken = []
+    original = execution.module_attention
+    monkeypatch.setattr(
+        execution, "module_attention", lambda *args, **kwargs: taken.append(1) or original(*args, **kwargs)
+    )
+    monkeypatch.setattr(swin.layers.attention, "module_attention", execution.module_attention)
+    with torch.no_grad():
+        expected = model(x)
+        assert not taken
+        maps = []
+        handle = model.layers[0].blocks[0].attn.softmax.register_forward_hook(lambda m, args, out: maps.append(out))
+        got = model(x)
+        handle.remove()
+    assert taken and len(maps) == 1
+    n = model.layers[0].window[0] * model.layers[0].window[1]
+    assert maps[0].shape == (2, maps[0].shape[1], 3, n, n)
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones_like(maps[0].sum(-1)))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_replaced_attn_drop_is_called_in_training():
+    """A user's module in place of attn_drop (here one that zeroes the probabilities) is called in the forward and
+    the backward, as the official code calls it: the attention's output is then its projection's bias alone."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).train()
+    attention = model.layers[0].blocks[0].attn
+    attention.attn_drop = ZeroProbabilities()
+    x = torch.randn(1, 3, 64, 64)
+    windows = torch.randn(1, 4, 49, 96, requires_grad=True)
+    out = attention(windows)
+    torch.testing.assert_close(out, attention.proj.bias.expand_as(out))
+    model(x).sum().backward()
+    assert attention.attn_drop.calls == 2  # the block's call and the direct one
+
+
+class ZeroProbabilities(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, probs: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return probs * 0
