@@ -103,9 +103,10 @@ def create_model(
     Raises:
         KeyError: unknown name (the message lists the closest registered names).
         TypeError: an override that is not a config field, or of the wrong type; ``out_indices`` without
-            ``features_only``; a timm option these models do not take (the message says what to use).
+            ``features_only``; timm's ``proj_drop_rate`` and ``output_fmt`` (the message says what to use).
         ValueError: a checkpoint of another architecture; a ``checkpoint_path`` whose head does not fit the
-            model's (the message names both heads and what to pass).
+            model's (the message names both heads and what to pass); timm's ``dynamic_img_size=True``,
+            ``strict_img_size=False`` and ``scriptable=True`` (the message says what to do instead).
     """
     # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
     overrides = {key: value for key, value in overrides.items() if value is not None}

@@ -28,7 +28,8 @@ class SwinTransformer(SwinTrunk):
         semantics: "classification" (official classifier, timm) or "detection" (official detection
             backbone): see :mod:`swin.layers.semantics`.
         global_pool: pooling before the head, timm's names: "avg" (Swin's), "max", "avgmax", "catavgmax", or
-            "" (no pooling: ``forward_head`` scores every position, (B, num_classes, h, w)).
+            "" (no pooling: ``forward_head`` scores every position, (B, num_classes, h, w)); timm's "fast",
+            "fastavg", "fastmax", "fastavgmax" and "fastcatavgmax" compute the same as their plain names.
         **fields: :class:`swin.registry.SwinConfig` fields that override ``config`` (``num_classes=10``,
             ``embed_dim=128``, ...): the config is the one description of the architecture.
     """

@@ -19,10 +19,8 @@ What it does, in order of what pays:
   on import; its time is in :attr:`OptimizedModel.compile_seconds` (with freezing, inductor bypasses its FX
   graph cache, so each process compiles again; its C++ kernel cache still shortens that). Before compiling a
   shape, one image runs eagerly to pin the window plans of that size, which the graph then holds as constants
-  (the shift masks folded into the attention bias). A second input shape makes dynamo compile a graph with
-  symbolic sizes where the shape changed (its default), which serves every later shape but is slower (copies
-  and SDPA in attention; the plans built in the graph when height or width changed): for the fastest graph,
-  one input shape per optimized model.
+  (the shift masks folded into the attention bias). Reading them fixes the size, so each new input shape
+  compiles a graph of its own: give one optimized model one input shape, or few.
 
 Not done here, because it is the whole process's choice: with glibc's malloc (Linux), the memory a call at
 batch 8 or at detection sizes frees can go back to the OS, and later calls fault it in again page by page,

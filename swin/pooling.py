@@ -22,7 +22,10 @@ def check_pool(global_pool: str | None) -> str:
     ValueError listing them."""
     global_pool = "avg" if global_pool is None else global_pool
     if global_pool not in POOLS and global_pool not in FAST:
-        raise ValueError(f"global_pool={global_pool!r} is not a pooling; use one of {', '.join(map(repr, POOLS))}")
+        raise ValueError(
+            f"global_pool={global_pool!r} is not a pooling; use one of {', '.join(map(repr, POOLS))} (or timm's "
+            f"{', '.join(map(repr, FAST))})"
+        )
     return global_pool
 
 
