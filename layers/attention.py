@@ -41,10 +41,20 @@ class WindowAttentionBase(nn.Module):
         """softmax(q k^T * scale + position bias + mask) v for (B, nW, heads, N, d) q, k, v, as (B, nW, N, heads*d):
         through ``softmax`` and ``attn_drop`` when a user's code watches or replaces them, else in one kernel
         (:func:`swin.layers.execution.window_sdpa`, which applies the dropout itself)."""
-        if observed(self.softmax) or observed(self.attn_drop):
-            return module_attention(q, k, v, self.position_bias(), mask, self.softmax, self.attn_drop, scale)
-        dropout = self.attn_drop.p if self.attn_drop.training else 0.0
-        return window_sdpa(q, k, v, self.position_bias(), mask, dropout, scale)
+        softmax, attn_drop = self.softmax, self.attn_drop
+        # the kernels do the work of exactly these two: a softmax over keys and a dropout, neither watched
+        own = type(softmax) is nn.Softmax and softmax.dim in (-1, 4) and type(attn_drop) is nn.Dropout
+        if not own or observed(softmax) or observed(attn_drop):
+            return module_attention(q, k, v, self.position_bias(), mask, softmax, attn_drop, scale)
+        return window_sdpa(q, k, v, self.position_bias(), mask, attn_drop.p if attn_drop.training else 0.0, scale)
+
+    def __setstate__(self, state: dict) -> None:
+        # A module pickled whole before it had the official softmax and attn_drop modules (attn_drop was its rate).
+        super().__setstate__(state)
+        if "softmax" not in self._modules:
+            rate = self.__dict__.pop("attn_drop", 0.0)
+            self.softmax = nn.Softmax(dim=-1).train(self.training)
+            self.attn_drop = nn.Dropout(rate).train(self.training)
 
     def derived_buffers(self) -> dict[str, torch.Tensor]:
         """The buffers derived from the window alone (never saved), as built (timm's name for rebuilding them:

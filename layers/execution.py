@@ -299,13 +299,15 @@ def module_attention(
     """:func:`window_sdpa`'s result with the probabilities made and passed through ``softmax`` and ``attn_drop``
     (the official modules), for a user's code that watches or replaces them (:func:`observed`): the scores
     q k^T * scale + position bias + mask, (B, nW, heads, N, N), in the bias's float32 under autocast, as the
-    matmul path."""
+    matmul path; the modules get them as (B*nW, heads, N, N)."""
     batch, windows, heads, n, head_dim = q.shape
     bias = merged_bias(position_bias, mask).reshape(1, windows if mask is not None else 1, heads, n, n)
     if q.device.type == "meta" or not torch.is_autocast_enabled(q.device.type):  # (meta has no autocast)
         bias = bias.to(q.dtype)
     scores = (q * (head_dim**-0.5 if scale is None else scale)) @ k.transpose(-2, -1) + bias
-    out = attn_drop(softmax(scores)) @ v
+    # the modules see (B*nW, heads, N, N), as the official code's and timm's do
+    probs = attn_drop(softmax(scores.reshape(batch * windows, heads, n, n)))
+    out = probs.reshape(batch, windows, heads, n, n) @ v
     return out.transpose(2, 3).reshape(batch, windows, n, heads * head_dim)
 
 

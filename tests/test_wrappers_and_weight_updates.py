@@ -288,8 +288,8 @@ def test_a_patched_forward_sees_the_whole_batch(monkeypatch, where):
 @pytest.mark.parametrize("name", ["swin_t", "swinv2_t_w8"])
 def test_a_hook_on_attn_softmax_gets_the_attention_maps(monkeypatch, name):
     """The official code's way to read attention maps, a forward hook on ``attn.softmax``, gets them (the fused
-    kernels never call that module): rows that sum to one, (B, nW, heads, N, N), and the same logits as without
-    the hook; without a hook the module path is not taken."""
+    kernels never call that module): rows that sum to one, (B*nW, heads, N, N) as the official code's, and the
+    same logits as without the hook; without a hook the module path is not taken."""
     torch.manual_seed(0)
     model = swin.create_model(name, depths=(1, 1, 1, 1), num_classes=10).eval()
     x = torch.randn(2, 3, 64, 64)
@@ -307,8 +307,9 @@ def test_a_hook_on_attn_softmax_gets_the_attention_maps(monkeypatch, name):
         got = model(x)
         handle.remove()
     assert taken and len(maps) == 1
-    n = model.layers[0].window[0] * model.layers[0].window[1]
-    assert maps[0].shape == (2, maps[0].shape[1], 3, n, n)
+    wh, ww = model.layers[0].window
+    windows = -(-16 // wh) * -(-16 // ww)  # 64 px: a 16x16 map in the first stage, padded to window multiples
+    assert maps[0].shape == (2 * windows, 3, wh * ww, wh * ww)
     torch.testing.assert_close(maps[0].sum(-1), torch.ones_like(maps[0].sum(-1)))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
@@ -336,3 +337,47 @@ class ZeroProbabilities(nn.Module):
     def forward(self, probs: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         return probs * 0
+
+
+def test_torch_modules_in_place_of_softmax_or_attn_drop_are_called():
+    """A deploy script's nn.Identity in place of every Dropout crashed (the fused path read attn_drop.p); another
+    torch module in place of softmax (here over queries) was skipped: the kernels do only a softmax over keys
+    and a dropout. Expected values: the same attention with the replacement applied by hand."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    attention = model.layers[0].blocks[0].attn
+    windows = torch.randn(1, 4, 49, 96)
+    with torch.no_grad():
+        expected = attention(windows)
+        attention.attn_drop = nn.Identity()
+        torch.testing.assert_close(attention(windows), expected, atol=1e-6, rtol=1e-6)
+        attention.softmax = nn.Softmax(dim=-2)
+        got = attention(windows)
+        q, k, v = attention.qkv(windows).view(1, 4, 49, 3, 3, 32).permute(3, 0, 1, 4, 2, 5).unbind(0)
+        scores = (q * 32**-0.5) @ k.transpose(-2, -1) + attention.position_bias()
+        by_hand = (scores.softmax(-2) @ v).transpose(2, 3).reshape(1, 4, 49, 96)
+        torch.testing.assert_close(got, attention.proj(by_hand), atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_pickled_before_the_attention_modules_runs():
+    """torch.save(model) from before the attention had its softmax and attn_drop modules (attn_drop was its
+    rate): loaded, it runs as before (it failed: no attribute 'softmax')."""
+    import io
+
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10, attn_drop_rate=0.1).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        expected = model(x)
+    for module in model.modules():
+        if hasattr(module, "softmax"):  # as the module was then
+            rate = module.attn_drop.p
+            del module.softmax, module.attn_drop
+            module.__dict__["attn_drop"] = rate
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert loaded.layers[0].blocks[0].attn.attn_drop.p == 0.1
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), expected, rtol=0, atol=0)
