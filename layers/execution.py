@@ -103,18 +103,12 @@ def plain(model: torch.nn.Module) -> bool:
     """No forward hooks below ``model`` or global ones, and only modules known to work per sample (ours and
     torch's layers, with their own ``forward``: not one patched onto the instance or the class): what a compiled
     graph may replace without a user's code missing a call."""
-    from torch.nn.modules import module as torch_module
-
-    if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
+    if _global_hooks(backward=False):
         return False
-    known = _KNOWN_FORWARD
     for m in model.modules():
         if m is not model and (m._forward_hooks or m._forward_pre_hooks):
             return False
-        cls = type(m)
-        if known.get(cls) is not cls.forward and not _known_forward(cls):
-            return False
-        if "forward" in m.__dict__:  # a function patched onto the instance
+        if _users_code(m):
             return False
     return True
 
@@ -124,26 +118,35 @@ def observed(module: torch.nn.Module) -> bool:
     around: hooks on it (forward, backward) or global ones, a module of the user's in its place or inside it, or a
     forward patched onto it. (For the modules a fused kernel would skip: attention's ``softmax`` and
     ``attn_drop``.)"""
-    from torch.nn.modules import module as torch_module
-
-    if (
-        torch_module._global_forward_hooks
-        or torch_module._global_forward_pre_hooks
-        or torch_module._global_backward_hooks
-        or torch_module._global_backward_pre_hooks
-    ):
+    if _global_hooks(backward=True):
         return True
     for m in module.modules():
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
             return True
-        cls = type(m)
-        if _KNOWN_FORWARD.get(cls) is not cls.forward:
-            # read eagerly (code objects are not traced): a class a graph meets first counts as the user's
-            if torch.compiler.is_compiling() or not _known_forward(cls):
-                return True
-        if "forward" in m.__dict__:
+        if _users_code(m):
             return True
     return False
+
+
+def _global_hooks(backward: bool) -> bool:
+    """Whether module hooks are registered for every module (``register_module_forward_hook`` and the like)."""
+    from torch.nn.modules import module as torch_module
+
+    forward = torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks
+    return bool(
+        forward or (backward and (torch_module._global_backward_hooks or torch_module._global_backward_pre_hooks))
+    )
+
+
+def _users_code(m: torch.nn.Module) -> bool:
+    """Whether ``m`` runs a user's code: a class that is neither ours nor torch.nn's, or a forward patched onto
+    the class or the instance."""
+    cls = type(m)
+    if _KNOWN_FORWARD.get(cls) is not cls.forward:
+        # read eagerly (code objects are not traced): a class a graph meets first counts as the user's
+        if torch.compiler.is_compiling() or not _known_forward(cls):
+            return True
+    return "forward" in m.__dict__
 
 
 # Per class, its forward when that is one of ours or torch.nn's own, unpatched (see _known_forward).
