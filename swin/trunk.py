@@ -296,7 +296,8 @@ class SwinTrunk(nn.Module):
             windows = [(max(1, grid[0] // ratio), max(1, grid[1] // ratio)) for ratio in ratios]
             reference = (windows, grid)
         else:  # keep each stage's window to grid ratio
-            (references, reference_grid), reference = self._window_reference, self._window_reference
+            reference = self._window_reference
+            references, reference_grid = reference
             windows = [
                 tuple(max(1, side * g // r) for side, g, r in zip(window, grid, reference_grid, strict=True))
                 for window in references
