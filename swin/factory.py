@@ -68,7 +68,9 @@ def create_model(
         name: ``swin_t``, ``swin_b_384``, ``swin_tiny_patch4_window7_224``, ... (see ``swin.list_models()``),
             optionally with a pretrained tag, ``swin_t.ms_in22k`` or timm's
             ``swin_tiny_patch4_window7_224.ms_in22k``: ``pretrained=True`` then loads that tag, and without
-            weights the model still takes its head size and preprocessing (``pretrained_cfg``).
+            weights the model still takes its head size and preprocessing (``pretrained_cfg``). timm's
+            ``hf-hub:OWNER/NAME[@REVISION]``: the architecture, head and preprocessing a timm model repository's
+            ``config.json`` describes, and with ``pretrained=True`` its weights.
         pretrained: ``False``; ``True`` (the architecture's default tag in the weights manifest); a tag
             (``"ms_in22k"``) or ``"ARCH.TAG"``; a local checkpoint file or an http(s) URL, or a state dict
             already in memory, in any supported layout (official, timm, torchvision, transformers,
@@ -110,6 +112,9 @@ def create_model(
     """
     # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
     overrides = {key: value for key, value in overrides.items() if value is not None}
+    if isinstance(name, str) and name.startswith("hf-hub:"):  # timm's hub names: the repository describes the model
+        name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
+        overrides = {**hub_args, **overrides}
     _check_timm_options(overrides)
     placement = _placement(overrides)
     overlay = _overlay(pretrained_cfg_overlay, overrides, features_only)
@@ -212,6 +217,23 @@ def _check_timm_options(overrides: dict[str, Any]) -> None:
             value = overrides.pop(option)
             if value != default:  # 0 and 1 as their booleans, as timm reads them
                 raise ValueError(_IMG_SIZE_REFUSAL.format(option=option, value=value))
+
+
+def _from_hub(
+    name: str, pretrained: Any, overlay: Mapping[str, Any] | None
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``hf-hub:REPO[@REVISION]`` as timm reads it: the architecture its ``config.json`` names, its preprocessing
+    and head under the caller's ``pretrained_cfg_overlay``, its ``model_args`` under the caller's overrides, and
+    with ``pretrained=True`` its weights as the overlay's file."""
+    from .weights.hub_model import HUB_PREFIX, hub_model
+
+    if pretrained not in (True, False, None):
+        raise ValueError(
+            f"{name} names its own weights: pass pretrained=True for them (or False), or load {pretrained!r} into "
+            "the architecture by its name"
+        )
+    described = hub_model(name[len(HUB_PREFIX) :], weights=pretrained is True)
+    return described["architecture"], {**described["overlay"], **(overlay or {})}, described["model_args"]
 
 
 def _placement(overrides: dict[str, Any]) -> dict[str, Any]:
