@@ -112,9 +112,11 @@ def create_model(
     """
     # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
     overrides = {key: value for key, value in overrides.items() if value is not None}
+    hub_classes = None  # a hub repository's head: its weights load whole into a model with that head, as timm
     if isinstance(name, str) and name.startswith("hf-hub:"):  # timm's hub names: the repository describes the model
         name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
         overrides = {**hub_args, **overrides}
+        hub_classes = pretrained_cfg_overlay.get("num_classes")
     _check_timm_options(overrides)
     placement = _placement(overrides)
     overlay = _overlay(pretrained_cfg_overlay, overrides, features_only)
@@ -162,7 +164,8 @@ def create_model(
         from .weights.pretrained import load_pretrained
 
         if wanted:
-            load_pretrained(model, canonical, pretrained, model_for=entry_model)
+            whole = hub_classes is not None and not features_only and model.num_classes == hub_classes
+            load_pretrained(model, canonical, pretrained, model_for=entry_model, whole=whole)
         if checkpoint_path is not None:
             # loaded whole, as timm's strict load_checkpoint: a fine-tuned head that does not fit is an error, not
             # an untrained head behind the file's features (a backbone takes a classifier's trunk: not whole)

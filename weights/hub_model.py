@@ -44,16 +44,26 @@ def hub_model(spec: str, weights: bool = False) -> HubModel:
         raise ValueError(f"hf-hub:{spec} is not a hub repository; write hf-hub:OWNER/NAME (e.g. hf-hub:timm/NAME)")
     revision = revision or "main"
     config = _read_config(_file(repo_id, "config.json", revision), f"hf-hub:{spec}")
-    pretrained_cfg = config.get("pretrained_cfg") or {}
+    # timm's older configs are the pretrained_cfg itself, with the architecture beside it
+    pretrained_cfg = config["pretrained_cfg"] if "pretrained_cfg" in config else config
+    model_args = dict(config.get("model_args") or {})
+    input_size = pretrained_cfg.get("input_size")
+    if input_size is not None and len(input_size) == 3:  # the size to build for, unless model_args say another
+        model_args.setdefault("in_chans", input_size[0])
+        model_args.setdefault("img_size", tuple(input_size[1:]))
     overlay = {key: pretrained_cfg[key] for key in _PREPROCESSING if pretrained_cfg.get(key) is not None}
+    overlay.pop("input_size", None)  # the model's own, from what it is built for
+    overlay |= {"hf_hub_id": f"{repo_id}@{revision}", "source": "hf-hub", "tag": pretrained_cfg.get("tag")}
+    labels = config.get("label_names", pretrained_cfg.get("label_names", pretrained_cfg.get("labels")))
+    if isinstance(labels, list):  # the repository's own class names, not a tag's ImageNet labels
+        overlay |= {"label_names": labels, "labels": None}
     num_classes = config.get("num_classes", pretrained_cfg.get("num_classes"))
     if num_classes is not None:
         overlay["num_classes"] = num_classes
     if weights:
         overlay["file"] = str(_weights(repo_id, revision))
-    return HubModel(
-        architecture=config["architecture"], overlay=overlay, model_args=dict(config.get("model_args") or {})
-    )
+    architecture = config["architecture"].partition(".")[0]  # timm reads the architecture without a tag
+    return HubModel(architecture=architecture, overlay=overlay, model_args=model_args)
 
 
 def _file(repo_id: str, filename: str, revision: str) -> Path:
@@ -74,7 +84,7 @@ def _weights(repo_id: str, revision: str) -> Path:
             return _file(repo_id, filename, revision)
         except DownloadError as error:
             reasons.append(str(error))
-    raise DownloadError("no weights in the repository: " + "; ".join(reasons))
+    raise DownloadError("the repository's weights could not be had: " + "; ".join(reasons))
 
 
 def _read_config(path: Path, origin: str) -> dict[str, Any]:
@@ -82,7 +92,7 @@ def _read_config(path: Path, origin: str) -> dict[str, Any]:
         raise ValueError(f"{origin}: config.json is {path.stat().st_size} bytes, not a model description")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f"{origin}: config.json is not JSON ({error})") from None
     if not isinstance(config, dict) or not isinstance(config.get("architecture"), str):
         raise ValueError(f"{origin}: config.json names no architecture; is it a timm model's repository?")

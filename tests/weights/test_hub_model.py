@@ -79,3 +79,37 @@ def test_bad_hub_names_and_repositories_are_named(server, monkeypatch):
     server.serve(f"/{REPO}/resolve/main/config.json", b'{"num_classes": 3}')
     with pytest.raises(ValueError, match="config.json names no architecture"):
         swin.create_model(f"hf-hub:{REPO}")
+
+
+def test_an_older_config_and_what_the_model_records(server, monkeypatch):
+    """timm's older config.json is the pretrained_cfg itself beside the architecture (timm builds at its
+    input_size and takes its preprocessing); an architecture with a tag is read without it, as timm; the model
+    says where it came from and keeps the repository's class names instead of claiming ImageNet's."""
+    labels = [f"class {i}" for i in range(10)]
+    older = {"architecture": "swin_tiny_patch4_window7_224.custom", "num_classes": 10, "label_names": labels}
+    sized_by_input_size = {key: value for key, value in MODEL_ARGS.items() if key != "img_size"}
+    older |= {**PRETRAINED_CFG, "std": [0.5] * 3, "model_args": sized_by_input_size}
+    server.serve(f"/{REPO}/resolve/v1/config.json", json.dumps(older).encode())
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    model = swin.create_model(f"hf-hub:{REPO}@v1")
+    cfg = model.pretrained_cfg
+    assert model.config.img_size == (32, 32) and tuple(cfg["input_size"]) == (3, 32, 32)
+    assert (cfg["interpolation"], cfg["crop_pct"], tuple(cfg["mean"])) == ("bilinear", 0.875, (0.5, 0.5, 0.5))
+    assert (cfg["hf_hub_id"], cfg["source"], cfg["labels"], cfg["label_names"]) == (
+        f"{REPO}@v1",
+        "hf-hub",
+        None,
+        labels,
+    )
+
+
+def test_a_head_that_is_not_the_weights_is_an_error(server, monkeypatch):
+    """A config whose num_classes is not its weights' head: timm's strict load raises on the size mismatch; here
+    it loaded with a random head and a warning. A head asked for by the caller is still adapted."""
+    server.serve(f"/{REPO}/resolve/main/config.json", json.dumps({**CONFIG, "num_classes": 5}).encode())
+    server.serve(f"/{REPO}/resolve/main/model.safetensors", safetensors_bytes(export(tiny_swin_state(), "timm")))
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    with pytest.raises(ValueError, match="head"):
+        swin.create_model(f"hf-hub:{REPO}", pretrained=True)
+    with pytest.warns(UserWarning):
+        assert swin.create_model(f"hf-hub:{REPO}", pretrained=True, num_classes=3).num_classes == 3
