@@ -12,7 +12,7 @@ from .mlp import Mlp
 from .semantics import get_semantics
 from .window import WindowPlans
 
-__all__ = ["SwinBlock"]
+__all__ = ["SwinBlock", "partition_windows"]
 
 
 class SwinBlock(nn.Module):
@@ -83,14 +83,8 @@ class SwinBlock(nn.Module):
         """Shift, partition, attend, merge, unshift; x: (B, H, W, C). Pad + roll + partition is one gather
         and its inverse another (see :class:`swin.layers.WindowPlan`)."""
         batch, height, width, channels = x.shape
-        plan = self.plans.get(height, width, self.window, self.shift_for(height, width), self.rules.pad_first, x.device)
-        tokens = x.reshape(batch, height * width, channels)
-        if plan.pad_token:
-            tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
-        n = self.window[0] * self.window[1]  # explicit sizes, not -1: a batch of 0 images has no elements
-        windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, n, channels)
-        windows = self.attn(windows, plan.mask)
-        merged = windows.reshape(batch, plan.num_windows * n, channels).index_select(1, plan.scatter)
+        windows, mask, scatter = partition_windows(self, x)
+        merged = self.attn(windows, mask).flatten(1, 2).index_select(1, scatter)
         return merged.view(batch, height, width, channels)
 
     def padded_size(self, height: int, width: int) -> tuple[int, int]:
@@ -126,3 +120,17 @@ class SwinBlock(nn.Module):
         hidden layer (what :func:`swin.layers.execution.image_chunks` keeps small)."""
         padded_h, padded_w = self.padded_size(height, width)
         return max(padded_h * padded_w * 3 * self.dim, height * width * self.hidden_dim)
+
+
+@torch.fx.wrap  # window plans are looked up by the map's size: one node under torch.fx.symbolic_trace
+def partition_windows(block: SwinBlock, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(B, H, W, C) -> the windows (B, nW, N, C) of ``block`` (shifted and padded by its plan), the shift mask
+    (nW, N, N) or None, and the index that scatters the windows' tokens back to the map."""
+    batch, height, width, channels = x.shape
+    plan = block.plans.get(height, width, block.window, block.shift_for(height, width), block.rules.pad_first, x.device)
+    tokens = x.reshape(batch, height * width, channels)
+    if plan.pad_token:
+        tokens = F.pad(tokens, (0, 0, 0, 1))  # the zero token that padded positions gather
+    n = block.window[0] * block.window[1]  # explicit sizes, not -1: a batch of 0 images has no elements
+    windows = tokens.index_select(1, plan.gather).view(batch, plan.num_windows, n, channels)
+    return windows, plan.mask, plan.scatter

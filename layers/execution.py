@@ -35,6 +35,7 @@ from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from . import window_kernel
 
@@ -118,7 +119,7 @@ def observed(module: torch.nn.Module) -> bool:
     around: hooks on it (forward, backward) or global ones, a module of the user's in its place or inside it, or a
     forward patched onto it. (For the modules a fused kernel would skip: attention's ``softmax`` and
     ``attn_drop``.)"""
-    if _global_hooks(backward=True):
+    if is_fx_symbolic_tracing() or _global_hooks(backward=True):  # a traced graph records the modules' calls
         return True
     for m in module.modules():
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
@@ -304,14 +305,23 @@ def module_attention(
     q k^T * scale + position bias + mask, (B, nW, heads, N, N), in the bias's float32 under autocast, as the
     matmul path; the modules get them as (B*nW, heads, N, N)."""
     batch, windows, heads, n, head_dim = q.shape
-    bias = merged_bias(position_bias, mask).reshape(1, windows if mask is not None else 1, heads, n, n)
+    # the modules see (B*nW, heads, N, N), as the official code's and timm's do
+    probs = attn_drop(softmax(attention_scores(q, k, position_bias, mask, scale)))
+    out = probs.reshape(batch, windows, heads, n, n) @ v
+    return out.transpose(2, 3).reshape(batch, windows, n, heads * head_dim)
+
+
+@torch.fx.wrap  # it decides on device and autocast: one node under torch.fx.symbolic_trace
+def attention_scores(
+    q: torch.Tensor, k: torch.Tensor, position_bias: torch.Tensor, mask: torch.Tensor | None, scale: float | None
+) -> torch.Tensor:
+    """q k^T * scale + position bias + mask as (B*nW, heads, N, N), in the bias's float32 under autocast."""
+    batch, windows, heads, n, head_dim = q.shape
+    bias = merged_bias(position_bias, mask).reshape(1, -1, heads, n, n)
     if q.device.type == "meta" or not torch.is_autocast_enabled(q.device.type):  # (meta has no autocast)
         bias = bias.to(q.dtype)
     scores = (q * (head_dim**-0.5 if scale is None else scale)) @ k.transpose(-2, -1) + bias
-    # the modules see (B*nW, heads, N, N), as the official code's and timm's do
-    probs = attn_drop(softmax(scores.reshape(batch * windows, heads, n, n)))
-    out = probs.reshape(batch, windows, heads, n, n) @ v
-    return out.transpose(2, 3).reshape(batch, windows, n, heads * head_dim)
+    return scores.reshape(batch * windows, heads, n, n)
 
 
 def _matmul_attention(

@@ -29,12 +29,7 @@ class PatchEmbed(nn.Module):
         return -(-height // p), -(-width // p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        p = self.patch_size
-        height, width = x.shape[-2:]
-        pad_h, pad_w = -height % p, -width % p
-        if pad_h or pad_w:
-            x = F.pad(x, (0, pad_w, 0, pad_h))
-        x = self.proj(x).permute(0, 2, 3, 1)  # B, H/p, W/p, C
+        x = self.proj(pad_to_patches(x, self.patch_size)).permute(0, 2, 3, 1)  # B, H/p, W/p, C
         return self.norm(x)
 
     def macs(self, height: int, width: int) -> int:
@@ -44,3 +39,11 @@ class PatchEmbed(nn.Module):
         if isinstance(self.norm, nn.LayerNorm):
             cost += h * w * self.embed_dim
         return cost
+
+
+@torch.fx.wrap  # it decides the padding on the size: one node under torch.fx.symbolic_trace
+def pad_to_patches(x: torch.Tensor, patch: int) -> torch.Tensor:
+    """(B, C, H, W) zero-padded at the bottom and right to multiples of ``patch``."""
+    height, width = x.shape[-2:]
+    pad_h, pad_w = -height % patch, -width % patch
+    return F.pad(x, (0, pad_w, 0, pad_h)) if pad_h or pad_w else x

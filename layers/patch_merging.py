@@ -7,7 +7,18 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-__all__ = ["PatchMerging", "PatchMergingV2"]
+__all__ = ["PatchMerging", "PatchMergingV2", "space_to_depth"]
+
+
+@torch.fx.wrap  # it decides the padding on the size: one node under torch.fx.symbolic_trace
+def space_to_depth(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, W, C) -> (B, ceil(H/2), ceil(W/2), 4C): odd sizes zero-padded at the bottom/right, then each 2x2
+    neighbourhood side by side in the official checkpoints' channel order, [0::2,0::2], [1::2,0::2], [0::2,1::2],
+    [1::2,1::2]: the column offset (dw) varies slowest, then the row offset (dh), then the channel."""
+    height, width = x.shape[1:3]
+    if height % 2 or width % 2:
+        x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
+    return rearrange(x, "b (h dh) (w dw) c -> b h w (dw dh c)", dh=2, dw=2)
 
 
 class PatchMerging(nn.Module):
@@ -20,13 +31,7 @@ class PatchMerging(nn.Module):
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        height, width = x.shape[1:3]
-        if height % 2 or width % 2:
-            x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
-        # Channel order of the official checkpoints: [0::2,0::2], [1::2,0::2], [0::2,1::2], [1::2,1::2],
-        # i.e. the column offset (dw) varies slowest, then the row offset (dh), then the channel.
-        x = rearrange(x, "b (h dh) (w dw) c -> b h w (dw dh c)", dh=2, dw=2)
-        return self.reduction(self.norm(x))
+        return self.reduction(self.norm(space_to_depth(x)))
 
     def macs(self, height: int, width: int) -> int:
         """Reduction plus norm on the merged map, as the official ``flops()`` counts them."""
@@ -43,11 +48,7 @@ class PatchMergingV2(PatchMerging):
         self.norm = nn.LayerNorm(2 * dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        height, width = x.shape[1:3]
-        if height % 2 or width % 2:
-            x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
-        x = rearrange(x, "b (h dh) (w dw) c -> b h w (dw dh c)", dh=2, dw=2)  # the V1 channel order
-        return self.norm(self.reduction(x))
+        return self.norm(self.reduction(space_to_depth(x)))  # the V1 channel order
 
     def macs(self, height: int, width: int) -> int:
         """Reduction plus norm of the 2C outputs, as the official V2 ``flops()`` (``H * W * dim // 2``)."""

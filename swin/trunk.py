@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from .layers.block_v2 import SwinBlockV2
 from .layers.execution import image_chunks, run_in_image_chunks
@@ -180,7 +181,10 @@ class SwinTrunk(nn.Module):
         """``run(x)`` for a batch of images, run as :func:`swin.layers.execution.image_chunks` decides (in
         pieces of a few images in CPU inference, else at once): the one place where the trunk's forward is
         split, always through the modules' own ``forward``, with float32 linear layers on CPU on the faster
-        GEMM library (:func:`swin.layers.linear_kernel.linear_kernels`)."""
+        GEMM library (:func:`swin.layers.linear_kernel.linear_kernels`). Under ``torch.fx.symbolic_trace`` (no sizes,
+        dtype or device to check or decide on) ``run(x)`` is recorded as it is."""
+        if is_fx_symbolic_tracing():
+            return run(x)
         self.check_input(x)
         with linear_kernels(x):
             return run_in_image_chunks(run, x, image_chunks(self, x, lambda: self._image_bytes(x)))
