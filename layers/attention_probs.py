@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from .attention import WindowAttention
 from .attention_v2 import LOGIT_SCALE_MAX, WindowAttentionV2
+from .execution import attention_scores
 
 __all__ = ["AttentionProbs", "attention_output", "attention_probabilities"]
 
@@ -28,9 +29,9 @@ class AttentionProbs(NamedTuple):
 
 def attention_probabilities(attn: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> AttentionProbs:
     """softmax(logits + position bias + shift mask) of ``attn`` on windows ``x`` (B, nW, N, C), as its forward
-    computes it: V1 ``q k^T / sqrt(d)``, V2 ``tau * cos(q, k)`` (its scaled cosine attention); the bias and
-    mask through the module's own ``attention_bias``. Dropout on the probabilities is not applied (call it on
-    a model in eval mode).
+    computes it: V1 ``q k^T / sqrt(d)``, V2 ``tau * cos(q, k)`` (its scaled cosine attention); scores, position
+    bias and mask by the forward's own :func:`swin.layers.execution.attention_scores`. Dropout on the
+    probabilities is not applied (call it on a model in eval mode).
     """
     if not isinstance(attn, (WindowAttention, WindowAttentionV2)):
         raise TypeError(
@@ -43,14 +44,12 @@ def attention_probabilities(attn: torch.nn.Module, x: torch.Tensor, mask: torch.
     if isinstance(attn, WindowAttentionV2) and attn.q_bias is not None:
         qkv = qkv + torch.cat((attn.q_bias, torch.zeros_like(attn.q_bias), attn.v_bias))
     q, k, v = qkv.view(batch, windows, n, 3, heads, head_dim).permute(3, 0, 1, 4, 2, 5).unbind(0)
-    if isinstance(attn, WindowAttentionV2):
-        scale = torch.clamp(attn.logit_scale, max=LOGIT_SCALE_MAX).exp()
-        logits = (F.normalize(q, dim=-1) * scale) @ F.normalize(k, dim=-1).transpose(-2, -1)
-    else:
-        logits = (q @ k.transpose(-2, -1)) * head_dim**-0.5  # SDPA's default scale
-    bias = attn.attention_bias(mask, logits.dtype)  # (1, heads, N, N) or (1, nW*heads, N, N)
-    bias = bias.view(1, -1 if mask is not None else 1, heads, n, n)
-    return AttentionProbs((logits + bias).softmax(dim=-1), v)
+    scale = None  # SDPA's default, 1 / sqrt(d)
+    if isinstance(attn, WindowAttentionV2):  # the temperature scales the unit queries
+        q = F.normalize(q, dim=-1) * torch.clamp(attn.logit_scale, max=LOGIT_SCALE_MAX).exp()
+        k, scale = F.normalize(k, dim=-1), 1.0
+    scores = attention_scores(q, k, attn.position_bias(), mask, scale)  # the forward's own, (B*nW, heads, N, N)
+    return AttentionProbs(scores.softmax(dim=-1).view(batch, windows, heads, n, n), v)
 
 
 def attention_output(attn: torch.nn.Module, probs: AttentionProbs) -> torch.Tensor:
