@@ -174,7 +174,7 @@ class SwinTrunk(nn.Module):
         """(B, in_chans, H, W) -> (B, H/p, W/p, C): patch embedding plus absolute position embedding."""
         x = self.patch_embed(x)
         if self.absolute_pos_embed is not None:
-            x = x + self._position_embedding(x.shape[1], x.shape[2])
+            x = add_position_embedding(x, self.absolute_pos_embed, self.patch_embed.output_size(*self.config.img_size))
         return self.pos_drop(x)
 
     def forward_stages(self, x: torch.Tensor, run) -> object:
@@ -195,15 +195,6 @@ class SwinTrunk(nn.Module):
         sizes = self.stage_sizes(height, width)
         largest = max(stage.activation_elements(h, w) for (h, w), stage in zip(sizes, self.layers, strict=False))
         return largest * x.element_size()
-
-    def _position_embedding(self, height: int, width: int) -> torch.Tensor:
-        grid_h, grid_w = self.patch_embed.output_size(*self.config.img_size)
-        pos = self.absolute_pos_embed.view(1, grid_h, grid_w, -1)
-        if (height, width) != (grid_h, grid_w):
-            # As the official detection backbone: bicubic interpolation to the input's grid.
-            pos = F.interpolate(pos.permute(0, 3, 1, 2), (height, width), mode="bicubic", align_corners=False)
-            pos = pos.permute(0, 2, 3, 1)
-        return pos
 
     def __prepare_scriptable__(self) -> SwinTrunk:
         # torch.jit.script calls this first: say which path is supported instead of failing deep inside.
@@ -308,7 +299,10 @@ class SwinTrunk(nn.Module):
             ]
         new = config.replace(img_size=size, window_size=windows)
         if self.absolute_pos_embed is not None:
-            embedding = self._position_embedding(*self.patch_embed.output_size(*size))
+            old_grid = self.patch_embed.output_size(*config.img_size)
+            embedding = resized_position_embedding(
+                self.absolute_pos_embed, old_grid, self.patch_embed.output_size(*size)
+            )
             self.absolute_pos_embed = nn.Parameter(
                 embedding.flatten(1, 2), requires_grad=self.absolute_pos_embed.requires_grad
             )
@@ -360,6 +354,22 @@ class SwinTrunk(nn.Module):
     def stage_sizes(self, height: int, width: int) -> list[tuple[int, int]]:
         """Map size of each stage for a (height, width) input: ceil(H/4), then ceil(previous/2)."""
         return self.config.stage_sizes(height, width)
+
+
+@torch.fx.wrap  # it decides the resizing on the size: one node under torch.fx.symbolic_trace
+def add_position_embedding(x: torch.Tensor, table: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, H, W, C) plus the absolute position embedding ``table`` learnt on a ``grid`` of patches."""
+    return x + resized_position_embedding(table, grid, (x.shape[1], x.shape[2]))
+
+
+def resized_position_embedding(table: torch.Tensor, grid: tuple[int, int], size: tuple[int, int]) -> torch.Tensor:
+    """The embedding ``table`` (1, grid_h * grid_w, C) as a (1, H, W, C) map for a (H, W) = ``size`` grid:
+    bicubic-interpolated where that differs from ``grid``, as the official detection backbone."""
+    pos = table.view(1, grid[0], grid[1], -1)
+    if (size[0], size[1]) != (grid[0], grid[1]):
+        pos = F.interpolate(pos.permute(0, 3, 1, 2), (size[0], size[1]), mode="bicubic", align_corners=False)
+        pos = pos.permute(0, 2, 3, 1)
+    return pos
 
 
 def _patch_grid(img_size: tuple[int, int], patch_size: int) -> tuple[int, int]:

@@ -10,10 +10,13 @@ import torch
 import swin
 
 
-@pytest.mark.parametrize("name", ["swin_t", "swinv2_t_w8"])
-def test_a_symbolic_trace_computes_as_eager_at_any_size(name):
+@pytest.mark.parametrize(
+    ("name", "options"), [("swin_t", {}), ("swinv2_t_w8", {}), ("swin_t", {"ape": True})], ids=["v1", "v2", "ape"]
+)
+def test_a_symbolic_trace_computes_as_eager_at_any_size(name, options):
+    """The absolute position embedding (ape) is resized to each input's grid inside the graph too."""
     torch.manual_seed(0)
-    model = swin.create_model(name, depths=(2, 2, 2, 2), num_classes=10).eval()
+    model = swin.create_model(name, depths=(2, 2, 2, 2), num_classes=10, **options).eval()
     graph = torch.fx.symbolic_trace(model)
     with torch.no_grad():
         for size in ((64, 64), (96, 128), (61, 75)):  # one graph; padding and shifts decided per call
