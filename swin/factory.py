@@ -12,7 +12,7 @@ from torch import nn
 from .backbone import SwinBackbone
 from .model import SwinTransformer
 from .pooling import check_pool
-from .registry import get_config, resolve_name
+from .registry import SwinConfig, get_config, resolve_name
 
 __all__ = ["create_model"]
 
@@ -113,10 +113,18 @@ def create_model(
     # As timm: an option given as None is not given (timm's train.py passes drop_path_rate=None and the like).
     overrides = {key: value for key, value in overrides.items() if value is not None}
     hub_classes = None  # a hub repository's head: its weights load whole into a model with that head, as timm
+    hub_spec = None  # a hub repository whose weights are fetched once its description has built a model
+    origin = None  # where the configuration comes from, when not from the caller alone
     if isinstance(name, str) and name.startswith("hf-hub:"):  # timm's hub names: the repository describes the model
+        origin, hub_spec, asked = name, name[len("hf-hub:") :], pretrained
         name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
         overrides = {**hub_args, **overrides}
         hub_classes = pretrained_cfg_overlay.get("num_classes")
+        # the repository's weights unless the caller's overlay names others (timm's order: state_dict, file, url)
+        if asked is True and not any(pretrained_cfg_overlay.get(k) for k in ("state_dict", "file", "url")):
+            pretrained = False
+        else:
+            hub_spec = None
     _check_timm_options(overrides)
     placement = _placement(overrides)
     overlay = _overlay(pretrained_cfg_overlay, overrides, features_only)
@@ -150,12 +158,17 @@ def create_model(
     if features_only:
         check_pool(overrides.pop("global_pool", None))  # timm's classifier option: a backbone has no pooling
         backbone_args = {k: overrides.pop(k) for k in ("frozen_stages", "norm_eval", "semantics") if k in overrides}
-        config = get_config(canonical).replace(**overrides)
+        config = _config(canonical, overrides, origin)
         model = SwinBackbone(config, out_indices=(0, 1, 2, 3) if out_indices is None else out_indices, **backbone_args)
     else:
         head_args = {k: overrides.pop(k) for k in ("semantics", "global_pool") if k in overrides}
-        config = get_config(canonical).replace(**overrides)
+        config = _config(canonical, overrides, origin)
         model = SwinTransformer.from_config(config, **head_args)
+    if hub_spec is not None:  # only now, with the description built: its weights
+        from .weights.hub_model import hub_weights
+
+        pretrained = overlay["file"] = str(hub_weights(hub_spec))
+        wanted = True
     if named is not None:
         from .weights.data_config import record_loaded
 
@@ -226,8 +239,8 @@ def _from_hub(
     name: str, pretrained: Any, overlay: Mapping[str, Any] | None
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """``hf-hub:REPO[@REVISION]`` as timm reads it: the architecture its ``config.json`` names, its preprocessing
-    and head under the caller's ``pretrained_cfg_overlay``, its ``model_args`` under the caller's overrides, and
-    with ``pretrained=True`` its weights as the overlay's file."""
+    and head under the caller's ``pretrained_cfg_overlay`` and its ``model_args`` (the caller's overrides win).
+    Its weights are fetched by the caller once the model is built."""
     from .weights.hub_model import HUB_PREFIX, hub_model
 
     if pretrained not in (True, False, None):
@@ -235,8 +248,18 @@ def _from_hub(
             f"{name} names its own weights: pass pretrained=True for them (or False), or load {pretrained!r} into "
             "the architecture by its name"
         )
-    described = hub_model(name[len(HUB_PREFIX) :], weights=pretrained is True)
+    described = hub_model(name[len(HUB_PREFIX) :])
     return described["architecture"], {**described["overlay"], **(overlay or {})}, described["model_args"]
+
+
+def _config(canonical: str, overrides: dict[str, Any], origin: str | None) -> SwinConfig:
+    """The registered configuration with ``overrides``; for a hub repository's description, errors name the
+    repository, and a model larger than any checkpoint may be is refused before it is built."""
+    if origin is None:
+        return get_config(canonical).replace(**overrides)
+    from .weights.hub_model import check_buildable
+
+    return check_buildable(origin, get_config(canonical), overrides)
 
 
 def _placement(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -272,11 +295,12 @@ def _overlay(overlay: Mapping[str, Any] | None, overrides: dict[str, Any], featu
             "pass e.g. pretrained_cfg_overlay={'mean': (0.5, 0.5, 0.5)}"
         )
     overlay = dict(overlay)
+    from .weights.data_config import check_preprocessing
+
+    check_preprocessing(overlay, "pretrained_cfg_overlay")
     if overlay.get("num_classes") is not None and overlay["num_classes"] != -1 and not features_only:
         overrides.setdefault("num_classes", overlay["num_classes"])
     if overlay.get("input_size") is not None:
-        if len(overlay["input_size"]) != 3:
-            raise ValueError(f"pretrained_cfg_overlay input_size is (C, H, W), got {overlay['input_size']!r}")
         channels, *size = overlay["input_size"]
         overrides.setdefault("in_chans", channels)
         overrides.setdefault("img_size", tuple(size))

@@ -11,7 +11,7 @@ from torch import nn
 
 from . import manifest
 
-__all__ = ["data_config", "pretrained_cfg", "create_transform", "class_names"]
+__all__ = ["data_config", "pretrained_cfg", "create_transform", "class_names", "check_preprocessing"]
 
 # For models whose architecture has no manifest entry: ImageNet statistics and Swin's evaluation crop.
 _FALLBACK = {
@@ -131,6 +131,7 @@ class PretrainedCfg(dict):
         if model is None:  # the model is gone: an ordinary dict
             dict.update(self, values)
             return
+        check_preprocessing(values, "pretrained_cfg")
         derived = _derived(model)
         pinned = dict(_pinned(model))
         for key, value in values.items():
@@ -160,6 +161,50 @@ class PretrainedCfg(dict):
 _RECORD = "_weights_record"
 _USER = "_loaded_cfg"
 _MISSING = object()
+
+
+def check_preprocessing(values: Mapping[str, Any], origin: str) -> None:
+    """Refuse preprocessing entries that no transform can use, naming ``origin`` (where they came from) and the
+    entry: sizes of three positive ints, crops in (0, 1] of a finite number... Entries it does not know, and
+    None, pass as they are (timm's pretrained_cfg carries free-form ones: license, notes, ...)."""
+
+    def fail(key: str, expected: str) -> None:
+        raise ValueError(f"{origin} {key} is {values[key]!r}; expected {expected}")
+
+    for key in ("input_size", "test_input_size", "min_input_size"):
+        if values.get(key) is not None and not _ints(values[key], 3):
+            fail(key, "(channels, height, width): three positive ints, e.g. (3, 224, 224)")
+    if values.get("resize_size") is not None and not (
+        _ints(values["resize_size"], 1) or _ints(values["resize_size"], 2)
+    ):
+        fail("resize_size", "a positive int (the shorter side) or a [height, width] box of them")
+    for key in ("crop_pct", "test_crop_pct"):
+        if values.get(key) is not None and not (_number(values[key]) and 0 < values[key] <= 1):
+            fail(key, "a number in (0, 1], the crop's share of the resized image (Swin's is 0.9)")
+    for key in ("mean", "std"):
+        value = values.get(key)
+        if value is not None and not (
+            isinstance(value, (list, tuple)) and value and all(_number(v) and (key == "mean" or v > 0) for v in value)
+        ):
+            fail(key, f"one number per channel{', each positive' if key == 'std' else ''}, e.g. (0.5, 0.5, 0.5)")
+    if values.get("interpolation") is not None and values["interpolation"] not in _INTERPOLATIONS:
+        fail("interpolation", "one of " + ", ".join(repr(mode) for mode in _INTERPOLATIONS))
+    if values.get("crop_mode") is not None and values["crop_mode"] not in ("center", "squash", "border"):
+        fail("crop_mode", "one of 'center', 'squash', 'border' (timm's)")
+
+
+# What torchvision's InterpolationMode (and so timm's evaluation transform) takes by name.
+_INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "nearest-exact", "box", "hamming", "lanczos")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _ints(value: Any, count: int) -> bool:
+    """``count`` positive ints (one may stand alone for ``count`` 1)."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return len(items) == count and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items)
 
 
 def _derived(model: nn.Module) -> dict[str, Any]:
@@ -227,6 +272,7 @@ def _pinned(model: nn.Module) -> Mapping[str, Any]:
 def set_pretrained_cfg(model: nn.Module, values: Mapping[str, Any] | None) -> None:
     """``model.pretrained_cfg = values``: keep the values that differ from what the model reports now (so that
     assigning back a copy with one change pins that one only); None forgets them all."""
+    check_preprocessing(values or {}, "pretrained_cfg")
     derived = _derived(model)
     pinned = {k: v for k, v in (values or {}).items() if not _same(v, derived.get(k, _MISSING))}
     setattr(model, _USER, pinned or None)

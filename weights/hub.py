@@ -18,7 +18,7 @@ from pathlib import Path
 from . import storage
 from .download import DownloadError, redact
 
-__all__ = ["DEFAULT_ENDPOINT", "cache_dir", "endpoint", "hub_file", "hub_url", "token"]
+__all__ = ["DEFAULT_ENDPOINT", "cache_dir", "check_revision", "endpoint", "hub_file", "hub_url", "token"]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _REASON_CHARS = 400
@@ -46,6 +46,19 @@ def token() -> str | None:
 def hub_url(repo_id: str, filename: str, revision: str = "main") -> str:
     """The ``/resolve/`` URL of a hub file under the current endpoint (what messages show)."""
     return f"{endpoint()}/{repo_id}/resolve/{revision}/{filename}"
+
+
+def check_revision(revision: str) -> str:
+    """``revision`` if it can only name a branch, tag, commit or ``refs/pr/N``; else a ValueError. The hub cache
+    stores a revision's commit under ``refs/<revision>``: ``..`` or an absolute part there would write (and offline,
+    read) a file outside the cache."""
+    parts = revision.split("/")
+    if not revision or any(part in ("", ".", "..") for part in parts) or any(c in revision for c in "\\@:\0"):
+        raise ValueError(
+            f"revision {revision!r} is not a branch, tag or commit of a hub repository (no empty, '.' or '..' "
+            "parts, no backslash, '@' or ':'); write e.g. main, v1.0, refs/pr/3 or a commit hash"
+        )
+    return revision
 
 
 class _Silent:
@@ -91,7 +104,7 @@ def hub_file(
         DownloadError: ``huggingface_hub`` is missing or could not provide the file; the message starts
             with the file's URL and gives its reason.
     """
-    url = hub_url(repo_id, filename, revision)
+    url = hub_url(repo_id, filename, check_revision(revision))
     try:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
     except ImportError:

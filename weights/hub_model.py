@@ -4,7 +4,9 @@ holds its weights (``model.safetensors``, else ``pytorch_model.bin``), in timm's
 
 ``create_model("hf-hub:timm/swin_tiny_patch4_window7_224.ms_in1k", pretrained=True)`` reads the same repository
 timm reads: the architecture by its timm name, the head and preprocessing from the config, and, asked for, the
-weights (converted from timm's layout and checked as every checkpoint is).
+weights (converted from timm's layout and checked as every checkpoint is). The description is checked before
+any weights are fetched: a repository of another architecture, or one whose values no model or transform can
+take, costs one small download and gives an error naming the repository and the entry.
 """
 
 from __future__ import annotations
@@ -13,57 +15,153 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..registry import SwinConfig, resolve_name
+from ..registry.params import count_parameters
 from . import hub
+from .data_config import check_preprocessing
 from .download import DownloadError
+from .size_limits import MAX_CHECKPOINT_BYTES_ENV, format_bytes, max_checkpoint_bytes
 
-__all__ = ["HUB_PREFIX", "HubModel", "hub_model"]
+__all__ = ["HUB_PREFIX", "HubModel", "check_buildable", "hub_model", "hub_weights"]
 
 HUB_PREFIX = "hf-hub:"
 # A model description is a few KB; anything far larger is not one.
 _MAX_CONFIG_BYTES = 1 << 20
 # The pretrained_cfg entries that describe preprocessing (create_model's pretrained_cfg_overlay takes them).
 _PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
+# The free-form entries timm keeps from a repository's pretrained_cfg (checked where they have a form). Where the
+# weights are (url, file, state_dict, hf_hub_*) is never taken from a repository: only its own files are read.
+_KEPT = (
+    "tag",
+    "license",
+    "description",
+    "origin_url",
+    "paper_ids",
+    "paper_name",
+    "notes",
+    "fixed_input_size",
+    "test_input_size",
+    "test_crop_pct",
+    "min_input_size",
+    "label_descriptions",
+)
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+# timm's default head, for a config.json that names none (its PretrainedCfg default)
+_DEFAULT_CLASSES = 1000
 
 
 class HubModel(dict):
-    """What a hub repository describes: ``architecture`` (timm's name), ``overlay`` (preprocessing and
-    ``num_classes``, as ``pretrained_cfg_overlay``) and ``model_args`` (architecture overrides)."""
+    """What a hub repository describes: ``architecture`` (our registered name), ``overlay`` (preprocessing,
+    ``num_classes`` and provenance, as ``pretrained_cfg_overlay``) and ``model_args`` (architecture overrides)."""
 
 
-def hub_model(spec: str, weights: bool = False) -> HubModel:
-    """The model ``REPO`` or ``REPO@REVISION`` describes (``spec`` without the ``hf-hub:`` prefix); with
-    ``weights``, the overlay's ``file`` is its weights in the hub cache.
+def hub_model(spec: str) -> HubModel:
+    """The model ``REPO`` or ``REPO@REVISION`` describes (``spec`` without the ``hf-hub:`` prefix).
 
     Raises:
-        DownloadError: a file of the repository could not be had (offline and not cached, or the hub failed).
-        ValueError: a ``config.json`` that is not a timm model description.
+        DownloadError: ``config.json`` could not be had (offline and not cached, or the hub failed).
+        ValueError: a name that is not a repository, a ``config.json`` that is not a timm model description, of
+            an architecture that is not a registered Swin, or with values no model or transform can take.
     """
-    repo_id, _, revision = spec.partition("@")
-    if not repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ValueError(f"hf-hub:{spec} is not a hub repository; write hf-hub:OWNER/NAME (e.g. hf-hub:timm/NAME)")
-    revision = revision or "main"
-    config = _read_config(_file(repo_id, "config.json", revision), f"hf-hub:{spec}")
+    repo_id, revision = _split(spec)
+    origin = f"{HUB_PREFIX}{spec}"
+    config = _read_config(_file(repo_id, "config.json", revision), origin)
     # timm's older configs are the pretrained_cfg itself, with the architecture beside it
     pretrained_cfg = config["pretrained_cfg"] if "pretrained_cfg" in config else config
+    check_preprocessing(pretrained_cfg, f"{origin}: config.json's")
     model_args = dict(config.get("model_args") or {})
     input_size = pretrained_cfg.get("input_size")
-    if input_size is not None and len(input_size) == 3:  # the size to build for, unless model_args say another
+    if input_size is not None:  # the size to build for, unless model_args say another
         model_args.setdefault("in_chans", input_size[0])
         model_args.setdefault("img_size", tuple(input_size[1:]))
     overlay = {key: pretrained_cfg[key] for key in _PREPROCESSING if pretrained_cfg.get(key) is not None}
     overlay.pop("input_size", None)  # the model's own, from what it is built for
-    overlay |= {"hf_hub_id": f"{repo_id}@{revision}", "source": "hf-hub", "tag": pretrained_cfg.get("tag")}
+    overlay |= {key: pretrained_cfg[key] for key in _KEPT if pretrained_cfg.get(key) is not None}
+    # as timm records it: the name as written; and no tag unless the repository names one (not the default tag's)
+    overlay |= {"hf_hub_id": spec, "source": "hf-hub", "tag": pretrained_cfg.get("tag")}
     labels = config.get("label_names", pretrained_cfg.get("label_names", pretrained_cfg.get("labels")))
-    if isinstance(labels, list):  # the repository's own class names, not a tag's ImageNet labels
+    if labels is not None and not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
+        raise ValueError(f"{origin}: config.json's label_names is not a list of class names")
+    if labels is not None:  # the repository's own class names, not a tag's ImageNet labels
         overlay |= {"label_names": labels, "labels": None}
-    num_classes = config.get("num_classes", pretrained_cfg.get("num_classes"))
-    if num_classes is not None:
-        overlay["num_classes"] = num_classes
-    if weights:
-        overlay["file"] = str(_weights(repo_id, revision))
-    architecture = config["architecture"].partition(".")[0]  # timm reads the architecture without a tag
+    num_classes = config.get("num_classes", pretrained_cfg.get("num_classes", _DEFAULT_CLASSES))
+    if not (isinstance(num_classes, int) and not isinstance(num_classes, bool) and num_classes >= 0):
+        raise ValueError(f"{origin}: config.json's num_classes is {num_classes!r}; expected an int >= 0")
+    overlay["num_classes"] = num_classes
+    name = config["architecture"].partition(".")[0]  # timm reads the architecture without a tag
+    try:
+        architecture = resolve_name(name)
+    except KeyError:
+        raise ValueError(
+            f"{origin}: its config.json describes {name!r}, which is not a Swin architecture registered here "
+            "(swin.list_models() lists them); build it with timm.create_model"
+        ) from None
     return HubModel(architecture=architecture, overlay=overlay, model_args=model_args)
+
+
+def check_buildable(origin: str, registered: SwinConfig, overrides: dict[str, Any]) -> SwinConfig:
+    """``registered`` with the hub description's ``model_args`` and the caller's ``overrides``, or a ValueError
+    naming the repository (``origin``): fields no model takes, or a model whose float32 weights exceed the
+    checkpoint bound (checked before it is built, and before any weights are fetched)."""
+    try:
+        config = registered.replace(**overrides)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"{origin}: the model its config.json describes (model_args, num_classes), with your overrides, cannot "
+            f"be built: {error}"
+        ) from None
+    size = 4 * count_parameters(config)
+    if size > max_checkpoint_bytes():
+        raise ValueError(
+            f"{origin}: its config.json describes a model of {format_bytes(size)} in float32, more than the "
+            f"{format_bytes(max_checkpoint_bytes())} any checkpoint may take; set {MAX_CHECKPOINT_BYTES_ENV} to "
+            "allow it"
+        )
+    return config
+
+
+def hub_weights(spec: str) -> Path:
+    """The repository's safetensors weights in the hub cache, else its pickle (timm's order); one error naming
+    both otherwise."""
+    repo_id, revision = _split(spec)
+    reasons = []
+    for filename in _WEIGHTS:
+        try:
+            return _file(repo_id, filename, revision)
+        except DownloadError as error:
+            reasons.append(str(error))
+    raise DownloadError("the repository's weights could not be had: " + "; ".join(reasons))
+
+
+def _split(spec: str) -> tuple[str, str]:
+    """``REPO[@REVISION]`` -> (repo_id, revision), both checked: OWNER/NAME in the hub's characters, and a
+    revision that can only name a branch, tag or commit."""
+    repo_id, at, revision = spec.partition("@")
+    parts = repo_id.split("/")
+    if len(parts) != 2 or not all(_hub_name(part) for part in parts):
+        raise ValueError(
+            f"{HUB_PREFIX}{spec} is not a hub repository; write hf-hub:OWNER/NAME (e.g. hf-hub:timm/NAME), names of "
+            "letters, digits, '-', '_' and '.'"
+        )
+    if at and not revision:
+        raise ValueError(f"{HUB_PREFIX}{spec} ends in '@'; write hf-hub:OWNER/NAME or hf-hub:OWNER/NAME@REVISION")
+    try:
+        return repo_id, hub.check_revision(revision or "main")
+    except ValueError as error:
+        raise ValueError(f"{HUB_PREFIX}{spec}: {error}") from None
+
+
+def _hub_name(part: str) -> bool:
+    """A hub owner or repository name: letters, digits, '-', '_', '.', not starting or ending in '-' or '.',
+    without '--' or '..' (huggingface_hub's own rule), at most 96 characters."""
+    return (
+        0 < len(part) <= 96
+        and all(c.isascii() and (c.isalnum() or c in "-_.") for c in part)
+        and not part.startswith(("-", "."))
+        and not part.endswith(("-", "."))
+        and "--" not in part
+        and ".." not in part
+    )
 
 
 def _file(repo_id: str, filename: str, revision: str) -> Path:
@@ -76,27 +174,16 @@ def _file(repo_id: str, filename: str, revision: str) -> Path:
     return path
 
 
-def _weights(repo_id: str, revision: str) -> Path:
-    """The repository's safetensors weights, else its pickle (timm's order); one error naming both otherwise."""
-    reasons = []
-    for filename in _WEIGHTS:
-        try:
-            return _file(repo_id, filename, revision)
-        except DownloadError as error:
-            reasons.append(str(error))
-    raise DownloadError("the repository's weights could not be had: " + "; ".join(reasons))
-
-
 def _read_config(path: Path, origin: str) -> dict[str, Any]:
     if path.stat().st_size > _MAX_CONFIG_BYTES:
         raise ValueError(f"{origin}: config.json is {path.stat().st_size} bytes, not a model description")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as error:
         raise ValueError(f"{origin}: config.json is not JSON ({error})") from None
     if not isinstance(config, dict) or not isinstance(config.get("architecture"), str):
         raise ValueError(f"{origin}: config.json names no architecture; is it a timm model's repository?")
     for key in ("pretrained_cfg", "model_args"):
-        if not isinstance(config.get(key) or {}, dict):
+        if key in config and not isinstance(config[key], dict):
             raise ValueError(f"{origin}: config.json's {key} is not a mapping")
     return config

@@ -113,3 +113,75 @@ def test_a_head_that_is_not_the_weights_is_an_error(server, monkeypatch):
         swin.create_model(f"hf-hub:{REPO}", pretrained=True)
     with pytest.warns(UserWarning):
         assert swin.create_model(f"hf-hub:{REPO}", pretrained=True, num_classes=3).num_classes == 3
+
+
+def _gets(server) -> list[str]:
+    return [r.path.rsplit("/", 1)[-1] for r in server.log if r.method == "GET"]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"pretrained_cfg": None}, "config.json's pretrained_cfg is not a mapping"),
+        ({"model_args": None}, "config.json's model_args is not a mapping"),
+        ({"num_classes": "10"}, "config.json's num_classes is '10'"),
+        ({"pretrained_cfg": {**CONFIG["pretrained_cfg"], "input_size": 5}}, "config.json's input_size is 5"),
+        ({"pretrained_cfg": {**CONFIG["pretrained_cfg"], "crop_pct": 0}}, "config.json's crop_pct is 0"),
+        ({"pretrained_cfg": {**CONFIG["pretrained_cfg"], "std": [0.5, 0, 0.5]}}, "config.json's std is"),
+        ({"architecture": "resnet50"}, "describes 'resnet50', which is not a Swin architecture"),
+        ({"model_args": {**MODEL_ARGS, "embed_dim": "8"}}, "config.json describes .* cannot be built: .*embed_dim"),
+        ({"model_args": {**MODEL_ARGS, "embed_dim": 1 << 16}}, "describes a model of .* more than the"),
+    ],
+)
+def test_a_bad_description_is_named_before_any_weights_are_fetched(hub_repo, change, named):
+    """Each value no model or transform takes is an error naming the repository's config.json entry (before:
+    AttributeError, ZeroDivisionError, 'unknown model' and the like, some only at preprocessing time), raised
+    before the weights are downloaded into the cache."""
+    hub_repo.serve(f"/{REPO}/resolve/main/config.json", json.dumps({**CONFIG, **change}).encode())
+    with pytest.raises(ValueError, match=f"hf-hub:{REPO}.*{named}"):
+        swin.create_model(f"hf-hub:{REPO}", pretrained=True)
+    assert _gets(hub_repo) == ["config.json"]
+
+
+def test_a_description_without_a_head_is_timms_1000_classes(hub_repo, tmp_path):
+    """timm's default head (1000 classes) where config.json names none: weights of another head are an error, as
+    timm's strict load of the same file (here: a random head with a warning)."""
+    timm = pytest.importorskip("timm")
+    described = {key: value for key, value in CONFIG.items() if key != "num_classes"}
+    described["pretrained_cfg"] = {k: v for k, v in CONFIG["pretrained_cfg"].items() if k != "num_classes"}
+    hub_repo.serve(f"/{REPO}/resolve/main/config.json", json.dumps(described).encode())
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(safetensors_bytes(export(tiny_swin_state(), "timm")))  # a 10-class head
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        timm.create_model(
+            described["architecture"], pretrained=True, pretrained_cfg_overlay={"file": str(weights)}, **MODEL_ARGS
+        )
+    with pytest.raises(ValueError, match="head"):
+        swin.create_model(f"hf-hub:{REPO}", pretrained=True)
+    assert swin.create_model(f"hf-hub:{REPO}").num_classes == 1000
+
+
+def test_what_is_recorded_is_what_timm_records(hub_repo):
+    """The reference: timm's own parsing of the same config.json (hf_hub_id as written, the repository's
+    free-form entries kept); where the weights are is never taken from the repository's description."""
+    hub_models = pytest.importorskip("timm.models._hub")
+    extra = {"license": "mit", "fixed_input_size": True, "test_input_size": [3, 48, 48], "notes": ["n"]}
+    described = {**CONFIG, "pretrained_cfg": {**CONFIG["pretrained_cfg"], **extra, "file": "/etc/passwd"}}
+    hub_repo.serve(f"/{REPO}/resolve/main/config.json", json.dumps(described).encode())
+    for spec in (REPO, f"{REPO}@main"):
+        expected, _, _ = hub_models._parse_model_cfg(json.loads(json.dumps(described)), {"hf_hub_id": spec})
+        cfg = swin.create_model(f"hf-hub:{spec}").pretrained_cfg
+        for key in ("hf_hub_id", *extra):
+            assert cfg[key] == expected[key], key
+        assert cfg.get("file") is None
+
+
+@pytest.mark.parametrize("revision", ["../../../outside", "refs/../..", "a//b", "x\\y", ""])
+def test_a_revision_that_could_leave_the_cache_is_refused(server, monkeypatch, tmp_path, revision):
+    """The hub cache writes a revision's commit under refs/<revision>: '..' there would write outside it."""
+    server.serve(f"/{REPO}/resolve/{revision}/config.json", json.dumps(CONFIG).encode())
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="hf-hub:someone/tiny-swin@"):
+        swin.create_model(f"hf-hub:{REPO}@{revision}")
+    assert not server.log and not (tmp_path / "outside").exists()

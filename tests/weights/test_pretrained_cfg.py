@@ -176,3 +176,30 @@ def test_user_values_do_not_freeze_what_the_model_derives():
     chosen.pretrained_cfg = {"input_size": (3, 256, 256)}  # a value the user sets wins, sizes included
     assert chosen.pretrained_cfg["input_size"] == (3, 256, 256)
     assert chosen.pretrained_cfg["resize_size"] == math.floor(256 / get_pretrained_cfg(TIMM_T).crop_pct)
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"crop_pct": 0}, "crop_pct is 0"),
+        ({"crop_pct": float("nan")}, "crop_pct is nan"),
+        ({"input_size": 224}, "input_size is 224"),
+        ({"mean": "0.5"}, "mean is '0.5'"),
+        ({"std": (0.5, 0.0, 0.5)}, r"std is \(0.5, 0.0, 0.5\)"),
+        ({"interpolation": "cubic"}, "interpolation is 'cubic'"),
+    ],
+)
+def test_preprocessing_no_transform_takes_is_refused_when_set(values, named):
+    """Refused where it is set (the model's pretrained_cfg, an edit of it, create_model's overlay), naming the
+    entry; before, it was kept and failed later inside the transform (ZeroDivisionError, an image of inf from a
+    zero std, ...)."""
+    model = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match=f"pretrained_cfg {named}"):
+        model.pretrained_cfg = values
+    with pytest.raises(ValueError, match=f"pretrained_cfg {named}"):
+        model.pretrained_cfg.update(values)
+    with pytest.raises(ValueError, match=named):
+        swin.create_model(
+            "swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1), pretrained_cfg_overlay=values
+        )
+    assert model.pretrained_cfg["crop_pct"] == 0.9  # unchanged
