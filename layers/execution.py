@@ -14,13 +14,17 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
   submodule has forward hooks (a hook must see the whole batch once, and FLOP
   counters attribute work through hooks), and when every submodule is one of ours or torch's own layers: a
   module of the user's may depend on the whole batch (dynamic quantization takes each call's activation
-  range), so a model holding one runs the batch at once. What it gains: ``swin bench --unchunked``.
+  range), so a model holding one runs the batch at once; so does a model run under a torch-function or
+  dispatch mode of the user's, or with a ``torch.nn.functional`` function or a method of ours replaced
+  (:func:`users_code_around`, :func:`plain`). What it gains: ``swin bench --unchunked``.
 - :func:`window_sdpa`: the attention kernel call for windows, eager or traced: in bf16 inference on a CPU with
   AVX512-BF16 our fused window-attention kernel (:mod:`swin.layers.window_kernel`), else SDPA's fused kernel,
   or on CPU in bf16/fp16 two matmuls and a softmax (faster there at 49-token windows, see
   ``_matmul_attention_pays``). Where a user's code hooks or replaces an attention's ``softmax`` or ``attn_drop``
-  (the official modules, which those kernels do not call), the probabilities are made and passed through them
-  instead (:func:`observed`, :func:`module_attention`): a hook on ``attn.softmax`` gets the attention maps.
+  (the official modules, which those kernels do not call), or replaces ``F.softmax`` / ``F.dropout`` (which they
+  call), the probabilities are made and passed through them instead (:func:`observed`,
+  :func:`module_attention`): a hook on ``attn.softmax`` gets the attention maps. A user's torch-function mode sees
+  the ops (the fused kernel, one opaque call, steps aside).
 - :func:`swin.layers.linear_kernel.linear_kernels` (its own module, entered beside :func:`image_chunks` in the
   trunk's forward): which GEMM library runs float32 linear layers on CPU, MKL's (ATen's default) or
   oneDNN's, whichever a timing on the machine found faster; every call still goes through the module's
@@ -29,6 +33,8 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
 
 from __future__ import annotations
 
+import inspect
+import os
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -71,7 +77,7 @@ def image_chunks(model: torch.nn.Module, x: torch.Tensor, bytes_per_image: Calla
     if model.training or torch.is_grad_enabled() or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return None
     batch = x.shape[0]
-    if batch < 2 or not splittable(model):
+    if batch < 2 or not splittable(model) or users_code_around():
         return None
     if any(module.training for module in model.modules()):
         return None  # a submodule left in training mode may use batch statistics (BatchNorm) or draw dropout
@@ -106,11 +112,18 @@ def plain(model: torch.nn.Module) -> bool:
     graph may replace without a user's code missing a call."""
     if _global_hooks(backward=False):
         return False
+    classes: dict[type, dict[str, object] | None] = {}  # each class checked once
     for m in model.modules():
         if m is not model and (m._forward_hooks or m._forward_pre_hooks):
             return False
-        if _users_code(m):
+        cls = type(m)
+        known = classes[cls] if cls in classes else classes.setdefault(cls, _unpatched(cls))
+        if known is None:
             return False
+        instance = m.__dict__
+        for name in known:  # a function set on the instance (block.forward = mine) shadows the class's
+            if name in instance:
+                return False
     return True
 
 
@@ -120,6 +133,8 @@ def observed(module: torch.nn.Module) -> bool:
     forward patched onto it. (For the modules a fused kernel would skip: attention's ``softmax`` and
     ``attn_drop``.)"""
     if is_fx_symbolic_tracing() or _global_hooks(backward=True):  # a traced graph records the modules' calls
+        return True
+    if functional_patched("softmax", "dropout"):  # what nn.Softmax and nn.Dropout call, and the kernels do not
         return True
     for m in module.modules():
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
@@ -139,33 +154,101 @@ def _global_hooks(backward: bool) -> bool:
     )
 
 
+# torch.nn.functional's functions as imported: one replaced later (``F.layer_norm = mine``) is a user's code that
+# every module calling it runs (see users_code_around).
+_FUNCTIONAL = {name: value for name, value in vars(F).items() if callable(value)}
+
+
+def functional_patched(*names: str) -> bool:
+    """Whether a user replaced functions of ``torch.nn.functional`` (those ``names``, or any): code that the
+    modules calling them run, and that a kernel doing their work would skip."""
+    items = _FUNCTIONAL.items() if not names else ((name, _FUNCTIONAL.get(name)) for name in names)
+    return any(getattr(F, name, None) is not value for name, value in items)
+
+
+def users_code_around() -> bool:
+    """Whether a user's code watches this pass from outside the modules: a torch-function or dispatch mode of
+    theirs (every op of the pass goes through it; ours, :mod:`swin.layers.linear_kernel`'s, excepted) or a
+    replaced ``torch.nn.functional`` function. Such code may depend on the whole batch, and must see the ops."""
+    from .linear_kernel import _OneDNNLinear
+
+    modes = torch._C._len_torch_function_stack()
+    if any(not isinstance(torch._C._get_function_stack_at(i), _OneDNNLinear) for i in range(modes)):
+        return True
+    return torch._C._len_torch_dispatch_stack() > 0 or functional_patched()
+
+
 def _users_code(m: torch.nn.Module) -> bool:
-    """Whether ``m`` runs a user's code: a class that is neither ours nor torch.nn's, or a forward patched onto
-    the class or the instance."""
-    cls = type(m)
-    if _KNOWN_FORWARD.get(cls) is not cls.forward:
+    """Whether ``m`` runs a user's code: a class that is neither ours nor torch.nn's, or a function patched onto
+    the class or the instance: its forward, and for our classes any of their methods (a patched
+    ``SwinBlock.shifted_window_attention`` would see pieces of the batch as much as a patched forward)."""
+    known = _unpatched(type(m))
+    return known is None or _patched_on(m, known)
+
+
+def _patched_on(m: torch.nn.Module, known: dict[str, object]) -> bool:
+    """Whether one of the class's functions is shadowed by one set on the instance (``block.forward = mine``)."""
+    instance = m.__dict__
+    return any(name in instance for name in known)
+
+
+def _unpatched(cls: type) -> dict[str, object] | None:
+    """The functions of ``cls`` that :func:`_known_class` checks, or None where one is a user's."""
+    known = _KNOWN.get(cls)
+    if known is None or any(getattr(cls, name, None) is not function for name, function in known.items()):
         # read eagerly (code objects are not traced): a class a graph meets first counts as the user's
-        if torch.compiler.is_compiling() or not _known_forward(cls):
-            return True
-    return "forward" in m.__dict__
-
-
-# Per class, its forward when that is one of ours or torch.nn's own, unpatched (see _known_forward).
-_KNOWN_FORWARD: dict[type, object] = {}
-
-
-def _known_forward(cls: type) -> bool:
-    """Whether ``cls`` is one of ours or torch.nn's and its ``forward`` is the one its defining class's module
-    wrote: not a user's function patched onto the class (``WindowAttention.forward = capture``, through
-    ``functools.wraps`` too), which would see pieces of the batch."""
-    function = cls.forward
-    owner = next(base for base in cls.__mro__ if "forward" in vars(base))
-    code = getattr(function, "__code__", None)
-    source = getattr(sys.modules.get(owner.__module__), "__file__", None)
-    known = cls.__module__.startswith(_PER_SAMPLE) and code is not None and code.co_filename == source
-    if known:
-        _KNOWN_FORWARD[cls] = function
+        if torch.compiler.is_compiling() or not _known_class(cls):
+            return None
+        known = _KNOWN[cls]
     return known
+
+
+# Per class of ours or torch.nn's, the functions checked (see _known_class), as they were when found unpatched.
+_KNOWN: dict[type, dict[str, object]] = {}
+
+
+def _ours(cls: type) -> bool:
+    return cls.__module__.startswith("swin.")
+
+
+def _known_class(cls: type) -> bool:
+    """Whether ``cls`` is one of ours or torch.nn's whose functions are the ones its defining classes' modules
+    wrote: for torch.nn's classes ``forward``, for ours every method (``functools.wraps`` around a user's
+    function counts as the user's). Not a user's function patched onto the class."""
+    if not cls.__module__.startswith(_PER_SAMPLE):
+        return False
+    names = {"forward"}
+    if _ours(cls):
+        names |= {
+            name for base in cls.__mro__ if _ours(base) for name, v in vars(base).items() if inspect.isfunction(v)
+        }
+    functions = {}
+    for name in sorted(names):
+        function = getattr(cls, name)
+        owner = next(base for base in cls.__mro__ if name in vars(base))
+        source = getattr(sys.modules.get(owner.__module__), "__file__", None)
+        if not owner.__module__.startswith(_PER_SAMPLE) or not _written_in(function, source):
+            return False
+        functions[name] = function
+    _KNOWN[cls] = functions
+    return True
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _written_in(function: object, source: str | None) -> bool:
+    """Whether ``function``'s code is in the file ``source``, through torch's own decorators (``torch.no_grad()``
+    wraps with ``functools.wraps``), not through anyone else's."""
+    while True:
+        code = getattr(function, "__code__", None)
+        if code is None or source is None:
+            return False
+        if code.co_filename == source:
+            return True
+        function = getattr(function, "__wrapped__", None)
+        if function is None or not code.co_filename.startswith(_TORCH_DIR):
+            return False
 
 
 def splittable(model: torch.nn.Module) -> bool:
@@ -271,7 +354,7 @@ def _fused_attention_pays(
         return window_kernel.READY
     return (
         all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in (q, k, v, position_bias))
-        and torch._C._len_torch_dispatch_stack() == 0
+        and not users_code_around()  # a mode sees the ops the kernel's one call would hide
         and torch._C._functorch.peek_interpreter_stack() is None
         and torch.autograd.forward_ad._current_level == -1
         and window_kernel.available()
@@ -341,4 +424,4 @@ def _matmul_attention(
 
 
 for _attention_module in (torch.nn.Softmax, torch.nn.Dropout):  # what observed() meets in every attention
-    _known_forward(_attention_module)
+    _known_class(_attention_module)

@@ -16,8 +16,9 @@ is the same float32 math and nothing observes the ops below ``F.linear``:
 - the faster library here is oneDNN (:func:`onednn_pays`: timed once per process and thread count, on two
   of Swin's linear shapes; ``SWIN_ONEDNN_LINEAR=1`` or ``0`` in the environment, or :data:`ONEDNN_LINEAR`,
   decides instead);
-- CPU, float32 input, no autocast (autocast would cast F.linear's inputs below this layer), and no
-  torch-function mode of the user's (ours would take F.linear before it);
+- CPU, float32 input, no autocast (autocast would cast F.linear's inputs below this layer), no
+  torch-function mode of the user's (ours would take F.linear before it) and no ``torch.nn.functional``
+  function replaced by the user (ours would run it twice, see ``_applies``);
 - eager: not under ``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or forward-mode AD, no
   ``TorchDispatchMode`` active (a FLOP counter or fake tensors see aten ops and would miss this one), and no
   saved-tensor hooks (activation checkpointing recomputes outside the pass and compares what was saved);
@@ -50,6 +51,8 @@ _PROBE_SHAPES = ((3136, 96, 288), (392, 768, 3072))
 _PAYS_BELOW = 0.9
 
 _PLAIN = (torch.Tensor, nn.Parameter)
+# ATen's linear itself, bound at import: the probe times it, never a user's replacement of F.linear.
+_ATEN_LINEAR = torch._C._nn.linear
 
 
 _PROBE_LOCK = threading.Lock()
@@ -80,7 +83,7 @@ def library_times(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, rou
     times each, interleaved, after one warm-up round of both (the probe and docs/linear_libraries.py)."""
     times: dict[str, list[float]] = {"aten": [], "onednn": []}
     for _ in range(rounds + 1):
-        for name, run in (("aten", F.linear), ("onednn", _onednn)):
+        for name, run in (("aten", _ATEN_LINEAR), ("onednn", _onednn)):
             start = time.perf_counter()
             run(x, weight, bias)
             times[name].append(time.perf_counter() - start)
@@ -234,13 +237,18 @@ class _OneDNNLinear(TorchFunctionMode):
 
 
 def _applies(x: torch.Tensor) -> bool:
-    # A torch-function mode of the user's would sit below ours and never see F.linear: none may be active.
+    # A torch-function mode of the user's would sit below ours and never see F.linear: none may be active. A
+    # replaced torch.nn.functional function would run twice: a Python one (F.layer_norm) hands our mode the
+    # name it finds in torch.nn.functional, the user's function, which our mode would call again.
+    from .execution import functional_patched
+
     return (
         _INTROSPECTION
         and x.device.type == "cpu"
         and x.dtype == torch.float32
         and _unobserved()
         and torch._C._len_torch_function_stack() == 0
+        and not functional_patched()
         and onednn_pays()
     )
 

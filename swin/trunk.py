@@ -186,8 +186,9 @@ class SwinTrunk(nn.Module):
         if is_fx_symbolic_tracing():
             return run(x)
         self.check_input(x)
+        images = image_chunks(self, x, lambda: self._image_bytes(x))  # decided outside our own modes
         with linear_kernels(x):
-            return run_in_image_chunks(run, x, image_chunks(self, x, lambda: self._image_bytes(x)))
+            return run_in_image_chunks(run, x, images)
 
     def _image_bytes(self, x: torch.Tensor) -> int:
         """Bytes of the largest intermediate one image of ``x``'s size makes in the stages."""

@@ -381,3 +381,142 @@ def test_a_model_pickled_before_the_attention_modules_runs():
     assert loaded.layers[0].blocks[0].attn.attn_drop.p == 0.1
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), expected, rtol=0, atol=0)
+
+
+def _forced_fast_paths(monkeypatch) -> None:
+    """oneDNN's float32 linear layers and one image per piece, whatever this machine's timing would choose."""
+    from swin.layers import linear_kernel
+
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", True)
+    monkeypatch.setattr(execution, "CHUNK_BYTES", 1)
+
+
+def _plain_paths(monkeypatch) -> None:
+    from swin.layers import linear_kernel
+
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)
+    monkeypatch.setattr(execution, "ENABLED", False)
+
+
+def test_a_replaced_functional_runs_once_per_call(monkeypatch):
+    """A user's F.layer_norm (calibration, a tweak) runs once per LayerNorm, as without the fast paths: under
+    the oneDNN linear mode it ran twice per call (a Python F function hands the mode the name it finds in
+    torch.nn.functional: the user's function, which the mode called again); logits were 0.07 off."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
+    original, calls = F.layer_norm, []
+
+    def scaled(x, *args, **kwargs):
+        calls.append(x.shape[0])
+        return original(x, *args, **kwargs) * 1.1
+
+    monkeypatch.setattr(F, "layer_norm", scaled)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        _forced_fast_paths(monkeypatch)
+        got = model(x)
+        assert calls == [2] * norms  # once per LayerNorm, on the whole batch
+        _plain_paths(monkeypatch)
+        expected = model(x)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+class _LinearBatches(torch.overrides.TorchFunctionMode):
+    """A user's mode that sees every F.linear, recording the batch it got (as a per-call quantizer would)."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.linear:
+            self.batches.append(args[0].shape[0])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("how", ["torch-function mode", "patched F.linear", "patched block method"])
+def test_users_code_outside_the_modules_sees_the_whole_batch(monkeypatch, how):
+    """Code of the user's that is not a module (a torch-function mode, a replaced F function, a method other than
+    forward patched onto a class of ours) is the user's code as a hook is: it sees the batch whole (it saw one
+    image at a time)."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    batches = []
+    context = contextlib.nullcontext()
+    if how == "torch-function mode":
+        context = _LinearBatches()
+        batches = context.batches
+    elif how == "patched F.linear":
+        linear = F.linear
+        monkeypatch.setattr(F, "linear", lambda x, *args: batches.append(x.shape[0]) or linear(x, *args))
+    else:
+        block_class = type(model.layers[0].blocks[0])
+        method = block_class.shifted_window_attention
+        monkeypatch.setattr(
+            block_class, "shifted_window_attention", lambda self, x: batches.append(x.shape[0]) or method(self, x)
+        )
+    _forced_fast_paths(monkeypatch)
+    x = torch.randn(4, 3, 64, 64)
+    with torch.no_grad(), context:
+        model(x)
+    assert batches and set(batches) == {4}
+
+
+def test_a_replaced_functional_softmax_is_called():
+    """F.softmax replaced by the user is what nn.Softmax calls: the attention goes through the module (the fused
+    kernels skipped it), with the outputs of a softmax module of the user's doing the same."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    x = torch.randn(2, 3, 64, 64)
+    original, calls = F.softmax, []
+
+    def tempered(x, dim=None, *args, **kwargs):
+        calls.append(1)
+        return original(x / 2, dim, *args, **kwargs)
+
+    class Tempered(nn.Module):
+        def forward(self, x):
+            return original(x / 2, -1)
+
+    with torch.no_grad():
+        F.softmax = tempered
+        try:
+            got = model(x)
+        finally:
+            F.softmax = original
+        assert len(calls) == 4  # one per block
+        reference = copy.deepcopy(model)
+        for stage in reference.layers:
+            for block in stage.blocks:
+                block.attn.softmax = Tempered()
+        expected = reference(x)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_users_mode_sees_bf16_attention_ops():
+    """A torch-function mode sees the ops of bf16 attention (the fused kernel, one call through ctypes, hid
+    them: the mode saw no softmax where the CPU has AVX512-BF16)."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval().to(torch.bfloat16)
+    seen = []
+
+    class Recording(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Recording():
+        model(torch.randn(1, 3, 64, 64, dtype=torch.bfloat16))
+    assert sum("softmax" in name or "scaled_dot_product" in name for name in seen) == 4
+
+
+def test_the_linear_library_probe_never_calls_a_replaced_f_linear(monkeypatch):
+    """The probe that times the GEMM libraries times ATen's linear, not a user's F.linear (which counted the
+    probe's shapes as the model's MACs)."""
+    from swin.layers import linear_kernel
+
+    calls = []
+    monkeypatch.setattr(F, "linear", lambda *args, **kwargs: calls.append(1))
+    linear_kernel._measure()
+    assert calls == []
