@@ -155,13 +155,22 @@ def _global_hooks(backward: bool) -> bool:
 
 
 # torch.nn.functional's functions as imported: one replaced later (``F.layer_norm = mine``) is a user's code that
-# every module calling it runs (see users_code_around).
+# every module calling it runs (see users_code_around); one already replaced then is not torch's own code.
 _FUNCTIONAL = {name: value for name, value in vars(F).items() if callable(value)}
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_REPLACED_BEFORE = {
+    name
+    for name, value in _FUNCTIONAL.items()
+    if inspect.isfunction(value) and not value.__code__.co_filename.startswith(_TORCH_DIR)
+}
 
 
 def functional_patched(*names: str) -> bool:
-    """Whether a user replaced functions of ``torch.nn.functional`` (those ``names``, or any): code that the
-    modules calling them run, and that a kernel doing their work would skip."""
+    """Whether a user replaced functions of ``torch.nn.functional`` (those ``names``, or any), before this module
+    was imported or since: code that the modules calling them run, and that a kernel doing their work would
+    skip."""
+    if _REPLACED_BEFORE and (not names or _REPLACED_BEFORE.intersection(names)):
+        return True
     items = _FUNCTIONAL.items() if not names else ((name, _FUNCTIONAL.get(name)) for name in names)
     return any(getattr(F, name, None) is not value for name, value in items)
 
@@ -232,9 +241,6 @@ def _known_class(cls: type) -> bool:
         functions[name] = function
     _KNOWN[cls] = functions
     return True
-
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 def _written_in(function: object, source: str | None) -> bool:

@@ -520,3 +520,28 @@ def test_the_linear_library_probe_never_calls_a_replaced_f_linear(monkeypatch):
     monkeypatch.setattr(F, "linear", lambda *args, **kwargs: calls.append(1))
     linear_kernel._measure()
     assert calls == []
+
+
+def test_a_functional_replaced_before_swin_is_imported_runs_once_per_call():
+    """The same with F.layer_norm replaced before ``import swin`` (a library that patches at import)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import torch, torch.nn.functional as F
+        original, calls = F.layer_norm, []
+        F.layer_norm = lambda x, *a, **k: calls.append(1) or original(x, *a, **k) * 1.1
+        import swin
+        from swin.layers import linear_kernel
+        linear_kernel.ONEDNN_LINEAR = True
+        model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+        with torch.no_grad():
+            model(torch.randn(2, 3, 64, 64))
+        print(len(calls), sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules()))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300)
+    calls, norms = result.stdout.split()
+    assert calls == norms
