@@ -92,6 +92,11 @@ class SwinConfig:
         for name in ("embed_dim", "patch_size", "in_chans"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if any(side < self.patch_size for side in self.img_size):
+            raise ValueError(
+                f"img_size {self.img_size} is smaller than one {self.patch_size}x{self.patch_size} patch: the model "
+                f"would be built for an empty patch grid; pass at least {self.patch_size} on each side"
+            )
         if self.version not in (1, 2):
             raise ValueError(f"version must be 1 (Swin) or 2 (Swin V2), got {self.version}")
         if any(size < 0 for size in self.pretrained_window_sizes):

@@ -278,8 +278,10 @@ class SwinTrunk(nn.Module):
             )
         if always_partition:
             raise ValueError(
-                "always_partition=True (timm: windows larger than a stage's map, which are padded) is not a rule "
-                "these models have; use semantics='detection' for windows that never shrink"
+                "always_partition=True (timm's: a window larger than a stage's map is kept and the map padded) is "
+                "not a rule these models have: they shrink such a window to the map, as the official "
+                "classification code (semantics='detection' keeps windows whole too, but pads before the shift, as "
+                "the official detection backbone, so it is not timm's rule either); leave always_partition False"
             )
         size = config.img_size if img_size is None else _pair(img_size, "img_size")
         grid = _patch_grid(size, config.patch_size)
@@ -379,7 +381,10 @@ def _patch_grid(img_size: tuple[int, int], patch_size: int) -> tuple[int, int]:
 
 
 def _pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else tuple(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        pair = (value, value)
+    else:
+        pair = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else ()
     if len(pair) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in pair):
         raise ValueError(f"{name} must be a positive int or a (height, width) pair of them, got {value!r}")
     return pair
@@ -387,7 +392,10 @@ def _pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
 
 def _stage_ratios(ratio: int | Sequence[int], stages: int) -> list[int]:
     """``window_ratio`` per stage (one int for all; unlike a window, two values are two stages, as in timm)."""
-    ratios = [ratio] * stages if isinstance(ratio, int) and not isinstance(ratio, bool) else list(ratio)
+    if isinstance(ratio, int) and not isinstance(ratio, bool):
+        ratios = [ratio] * stages
+    else:
+        ratios = list(ratio) if isinstance(ratio, Sequence) and not isinstance(ratio, str) else []
     if len(ratios) != stages or any(not isinstance(r, int) or isinstance(r, bool) or r < 1 for r in ratios):
         raise ValueError(f"window_ratio must be a positive int or one per stage ({stages}), got {ratio!r}")
     return ratios

@@ -146,3 +146,30 @@ def test_bad_calls_change_nothing(call, message):
     assert model.config == config
     assert [p for n, p in model.named_parameters() if "bias_table" in n] == tables
     assert all(stage.window == (7, 7) for stage in model.layers)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"img_size": 3}, "smaller than one 4x4 patch"),
+        ({"img_size": (224, 2)}, "smaller than one 4x4 patch"),
+        ({"img_size": 224.0}, "img_size must be a positive int"),
+        ({"patch_size": 4.0}, "patch_size must be a positive int"),
+        ({"window_ratio": 2.0}, "window_ratio must be a positive int"),
+        ({"window_ratio": True}, "window_ratio must be a positive int"),
+    ],
+)
+def test_impossible_sizes_are_refused_and_change_nothing(arguments, named):
+    """A size under one patch made an empty grid: every window 1x1, the learnt bias tables cut to one row for
+    good, and the model refused images of its own size (timm raises there too); a float or bool gave Python's
+    'not iterable'."""
+    model = swin.create_model("swin_t", **SMALL).eval()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    config = model.config
+    with pytest.raises(ValueError, match=named):
+        model.set_input_size(**arguments)
+    assert model.config == config
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    with pytest.raises(ValueError, match="smaller than one 4x4 patch"):
+        swin.create_model("swin_t", img_size=3, **SMALL)
