@@ -18,7 +18,16 @@ from pathlib import Path
 from . import storage
 from .download import DownloadError, redact
 
-__all__ = ["DEFAULT_ENDPOINT", "cache_dir", "check_revision", "endpoint", "hub_file", "hub_url", "token"]
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "HubFileMissing",
+    "cache_dir",
+    "check_revision",
+    "endpoint",
+    "hub_file",
+    "hub_url",
+    "token",
+]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _REASON_CHARS = 400
@@ -46,6 +55,23 @@ def token() -> str | None:
 def hub_url(repo_id: str, filename: str, revision: str = "main") -> str:
     """The ``/resolve/`` URL of a hub file under the current endpoint (what messages show)."""
     return f"{endpoint()}/{repo_id}/resolve/{revision}/{filename}"
+
+
+class HubFileMissing(DownloadError):
+    """The hub answered that the repository has no such file (404, or its EntryNotFound), as against a failure to
+    get one it has (a server error, a cut connection): where a fallback to another file is right."""
+
+
+def _missing(error: BaseException | None) -> bool:
+    """Whether the hub's answer behind ``error`` (or an error it was raised from) was "no such file"."""
+    while error is not None:
+        if "EntryNotFound" in type(error).__name__ and "Local" not in type(error).__name__:
+            return True
+        response = getattr(error, "response", None)
+        if getattr(response, "status_code", None) == 404:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def check_revision(revision: str) -> str:
@@ -125,5 +151,6 @@ def hub_file(
             tqdm_class=_Silent if progress is False else None,
         )
     except Exception as error:  # noqa: BLE001 - any failure of the library means: this source failed, say why
-        raise DownloadError(f"{redact(url)}: {_reason(error)}") from None
+        kind = HubFileMissing if _missing(error) else DownloadError
+        raise kind(f"{redact(url)}: {_reason(error)}") from None
     return Path(path)

@@ -121,16 +121,22 @@ def check_buildable(origin: str, registered: SwinConfig, overrides: dict[str, An
 
 
 def hub_weights(spec: str) -> Path:
-    """The repository's safetensors weights in the hub cache, else its pickle (timm's order); one error naming
-    both otherwise."""
+    """The repository's safetensors weights in the hub cache, else, where the repository has none (or, offline,
+    the cache holds none), its pickle: timm's order. A safetensors file that exists but could not be had (a
+    server error, a cut connection) is an error, not a reason to load other weights."""
     repo_id, revision = _split(spec)
-    reasons = []
-    for filename in _WEIGHTS:
+    try:
+        return _file(repo_id, _WEIGHTS[0], revision)
+    except hub.HubFileMissing as missing:
         try:
-            return _file(repo_id, filename, revision)
+            return _file(repo_id, _WEIGHTS[1], revision)
         except DownloadError as error:
-            reasons.append(str(error))
-    raise DownloadError("the repository's weights could not be had: " + "; ".join(reasons))
+            raise DownloadError(f"the repository's weights could not be had: {missing}; {error}") from None
+    except DownloadError as error:
+        raise DownloadError(
+            f"{error}; the repository's {_WEIGHTS[1]} was not loaded instead, since its {_WEIGHTS[0]} exists: "
+            "try again (or check the connection or the mirror in HF_ENDPOINT)"
+        ) from None
 
 
 def _split(spec: str) -> tuple[str, str]:
@@ -166,8 +172,8 @@ def _hub_name(part: str) -> bool:
 
 def _file(repo_id: str, filename: str, revision: str) -> Path:
     path = hub.hub_file(repo_id, filename, revision=revision)
-    if path is None:
-        raise DownloadError(
+    if path is None:  # offline: as good as missing here, the file the cache holds is what was had online
+        raise hub.HubFileMissing(
             f"{hub.hub_url(repo_id, filename, revision)}: not in the Hugging Face cache and offline (SWIN_OFFLINE or "
             "HF_HUB_OFFLINE); fetch it once online"
         )

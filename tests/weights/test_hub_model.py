@@ -3,6 +3,7 @@ loopback server standing in for the hub, read by create_model as timm's create_m
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -185,3 +186,21 @@ def test_a_revision_that_could_leave_the_cache_is_refused(server, monkeypatch, t
     with pytest.raises(ValueError, match="hf-hub:someone/tiny-swin@"):
         swin.create_model(f"hf-hub:{REPO}@{revision}")
     assert not server.log and not (tmp_path / "outside").exists()
+
+
+def test_the_pickle_is_loaded_only_where_the_repository_has_no_safetensors(server, monkeypatch):
+    """timm's order: model.safetensors, else pytorch_model.bin. A safetensors file the hub has but that could not
+    be had (here: a transfer cut off) is an error; the pickle (other weights, maybe) was loaded instead."""
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    server.serve(f"/{REPO}/resolve/main/config.json", json.dumps(CONFIG).encode())
+    pickled = io.BytesIO()
+    torch.save(export(tiny_swin_state(), "timm"), pickled)
+    server.serve(f"/{REPO}/resolve/main/pytorch_model.bin", pickled.getvalue())
+    body = safetensors_bytes(export(tiny_swin_state(), "timm"))
+    server.serve(f"/{REPO}/resolve/main/model.safetensors", body, declared_length=len(body) + 1000)
+    with pytest.raises(DownloadError, match="pytorch_model.bin was not loaded instead"):
+        swin.create_model(f"hf-hub:{REPO}", pretrained=True)
+    assert "pytorch_model.bin" not in _gets(server)
+    server.serve(f"/{REPO}/resolve/main/model.safetensors", b"", status=404)
+    model = swin.create_model(f"hf-hub:{REPO}", pretrained=True)
+    assert _gets(server)[-1] == "pytorch_model.bin" and model.pretrained_cfg["file"].endswith("pytorch_model.bin")
