@@ -70,6 +70,12 @@ def hub_model(spec: str) -> HubModel:
     pretrained_cfg = config["pretrained_cfg"] if "pretrained_cfg" in config else config
     check_preprocessing(pretrained_cfg, f"{origin}: config.json's")
     model_args = dict(config.get("model_args") or {})
+    placed = sorted(set(model_args) & {"device", "dtype", "scriptable", "exportable", "no_jit"})
+    if placed:
+        raise ValueError(
+            f"{origin}: config.json's model_args name {', '.join(placed)}: where and how the model runs is the "
+            "caller's choice (pass device=/dtype= to create_model), not a repository's"
+        )
     input_size = pretrained_cfg.get("input_size")
     if input_size is not None:  # the size to build for, unless model_args say another
         model_args.setdefault("in_chans", input_size[0])

@@ -132,6 +132,7 @@ def _gets(server) -> list[str]:
         ({"architecture": "resnet50"}, "describes 'resnet50', which is not a Swin architecture"),
         ({"model_args": {**MODEL_ARGS, "embed_dim": "8"}}, "config.json describes .* cannot be built: .*embed_dim"),
         ({"model_args": {**MODEL_ARGS, "embed_dim": 1 << 16}}, "describes a model of .* more than the"),
+        ({"model_args": {**MODEL_ARGS, "device": "meta"}}, "model_args name device: where and how the model runs"),
     ],
 )
 def test_a_bad_description_is_named_before_any_weights_are_fetched(hub_repo, change, named):
