@@ -205,6 +205,7 @@ def flops(
                     f"of those per stage, got {window_size!r}"
                 ) from None
         size = parse_size(get_config(name).img_size if img_size is None else img_size)
+        _check_patch(size, get_config(name).patch_size)  # before a model is built for that size
         model = _build(name, size, window_size, semantics, "meta")
     elif isinstance(model_or_name, SwinTransformer):
         if window_size is not None:
@@ -220,9 +221,7 @@ def flops(
             f"expected a model name or a SwinTransformer, got {type(model_or_name).__name__}; "
             "see swin.list_models() for names"
         )
-    patch = model.patch_embed.patch_size
-    if min(size) < patch:
-        raise ValueError(f"image {size[0]}x{size[1]} is smaller than one {patch}x{patch} patch; give at least {patch}")
+    _check_patch(size, model.patch_embed.patch_size)
 
     ideal = analytic_macs(model, size, padded=False)
     padded = analytic_macs(model, size, padded=True)
@@ -301,3 +300,8 @@ def flops(
         "parts": parts,
         "stages": stages,
     }
+
+
+def _check_patch(size: tuple[int, int], patch: int) -> None:
+    if min(size) < patch:
+        raise ValueError(f"image {size[0]}x{size[1]} is smaller than one {patch}x{patch} patch; give at least {patch}")
