@@ -158,33 +158,45 @@ def _global_hooks(backward: bool) -> bool:
 # every module calling it runs (see users_code_around); one already replaced then is not torch's own code.
 _FUNCTIONAL = {name: value for name, value in vars(F).items() if callable(value)}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_REPLACED_BEFORE = {
-    name
-    for name, value in _FUNCTIONAL.items()
-    if inspect.isfunction(value) and not value.__code__.co_filename.startswith(_TORCH_DIR)
-}
+
+
+def _torch_written(value: object) -> bool:
+    """A builtin, or a Python function whose code is in torch's own files."""
+    return not inspect.isfunction(value) or value.__code__.co_filename.startswith(_TORCH_DIR)
+
+
+_REPLACED_BEFORE = {name for name, value in _FUNCTIONAL.items() if not _torch_written(value)}
 
 
 def functional_patched(*names: str) -> bool:
     """Whether a user replaced functions of ``torch.nn.functional`` (those ``names``, or any), before this module
     was imported or since: code that the modules calling them run, and that a kernel doing their work would
     skip."""
-    if _REPLACED_BEFORE and (not names or _REPLACED_BEFORE.intersection(names)):
-        return True
+    for name in _REPLACED_BEFORE if not names else _REPLACED_BEFORE.intersection(names):
+        if not _torch_written(getattr(F, name, None)):  # still not torch's (one restored since counts as torch's)
+            return True
     items = _FUNCTIONAL.items() if not names else ((name, _FUNCTIONAL.get(name)) for name in names)
-    return any(getattr(F, name, None) is not value for name, value in items)
+    return any(getattr(F, name, None) is not value for name, value in items if name not in _REPLACED_BEFORE)
 
 
 def users_code_around() -> bool:
     """Whether a user's code watches this pass from outside the modules: a torch-function or dispatch mode of
-    theirs (every op of the pass goes through it; ours, :mod:`swin.layers.linear_kernel`'s, excepted) or a
+    theirs (every op of the pass goes through it; ours and torch's device contexts excepted) or a
     replaced ``torch.nn.functional`` function. Such code may depend on the whole batch, and must see the ops."""
-    from .linear_kernel import _OneDNNLinear
-
     modes = torch._C._len_torch_function_stack()
-    if any(not isinstance(torch._C._get_function_stack_at(i), _OneDNNLinear) for i in range(modes)):
+    if any(not _torch_own_mode(torch._C._get_function_stack_at(i)) for i in range(modes)):
         return True
     return torch._C._len_torch_dispatch_stack() > 0 or functional_patched()
+
+
+def _torch_own_mode(mode: object) -> bool:
+    """Ours (:mod:`swin.layers.linear_kernel`'s) or torch's ``with torch.device(...)`` /
+    ``torch.set_default_device``, which only sets where new tensors are made."""
+    from torch.utils._device import DeviceContext
+
+    from .linear_kernel import _OneDNNLinear
+
+    return type(mode) in (_OneDNNLinear, DeviceContext)
 
 
 def _users_code(m: torch.nn.Module) -> bool:
@@ -307,7 +319,10 @@ def window_sdpa(
     careful = torch.jit.is_tracing() or (
         traced and (torch.compiler.is_exporting() or not all(type(size) is int for size in q.shape))
     )
-    if not careful and _fused_attention_pays(q, k, v, position_bias, dropout, traced):
+    # our kernels only where SDPA is torch's: a user's F.scaled_dot_product_attention (another kernel, a
+    # recorder) is then the one attention call
+    ours = not careful and not functional_patched("scaled_dot_product_attention")
+    if ours and _fused_attention_pays(q, k, v, position_bias, dropout, traced):
         return window_kernel.window_attention(
             q,
             k,
@@ -318,7 +333,7 @@ def window_sdpa(
         )
     bias = merged_bias(position_bias, mask)
     masked = mask is not None
-    if not careful and scale is None and _matmul_attention_pays(q):
+    if ours and scale is None and _matmul_attention_pays(q):
         # Under autocast the bias keeps its float32 and the scores, softmax and its backward follow, as in
         # timm's and torchvision's attention under autocast (their float32 bias promotes the scores too).
         if not torch.is_autocast_enabled(q.device.type):

@@ -115,9 +115,11 @@ def create_model(
     hub_classes = None  # a hub repository's head: its weights load whole into a model with that head, as timm
     hub_spec = None  # a hub repository whose weights are fetched once its description has built a model
     origin = None  # where the configuration comes from, when not from the caller alone
+    yours: set[str] = set()
     if isinstance(name, str) and name.startswith("hf-hub:"):  # timm's hub names: the repository describes the model
         origin, hub_spec, asked = name, name[len("hf-hub:") :], pretrained
         name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
+        yours = set(overrides)  # the caller's own: their errors stay theirs, not the repository's
         overrides = {**hub_args, **overrides}
         hub_classes = pretrained_cfg_overlay.get("num_classes")
         # the repository's weights unless the caller's overlay names others (timm's order: state_dict, file, url)
@@ -158,11 +160,11 @@ def create_model(
     if features_only:
         check_pool(overrides.pop("global_pool", None))  # timm's classifier option: a backbone has no pooling
         backbone_args = {k: overrides.pop(k) for k in ("frozen_stages", "norm_eval", "semantics") if k in overrides}
-        config = _config(canonical, overrides, origin)
+        config = _config(canonical, overrides, origin, yours)
         model = SwinBackbone(config, out_indices=(0, 1, 2, 3) if out_indices is None else out_indices, **backbone_args)
     else:
         head_args = {k: overrides.pop(k) for k in ("semantics", "global_pool") if k in overrides}
-        config = _config(canonical, overrides, origin)
+        config = _config(canonical, overrides, origin, yours)
         model = SwinTransformer.from_config(config, **head_args)
     if hub_spec is not None:  # only now, with the description built: its weights
         from .weights.hub_model import hub_weights
@@ -252,14 +254,16 @@ def _from_hub(
     return described["architecture"], {**described["overlay"], **(overlay or {})}, described["model_args"]
 
 
-def _config(canonical: str, overrides: dict[str, Any], origin: str | None) -> SwinConfig:
-    """The registered configuration with ``overrides``; for a hub repository's description, errors name the
-    repository, and a model larger than any checkpoint may be is refused before it is built."""
+def _config(canonical: str, overrides: dict[str, Any], origin: str | None, yours: set[str]) -> SwinConfig:
+    """The registered configuration with ``overrides``; for a hub repository's description (``origin``), errors in
+    its entries name the repository (the caller's own, ``yours``, raise as they would without it), and a model
+    larger than any checkpoint may be is refused before it is built."""
     if origin is None:
         return get_config(canonical).replace(**overrides)
     from .weights.hub_model import check_buildable
 
-    return check_buildable(origin, get_config(canonical), overrides)
+    described = {key: value for key, value in overrides.items() if key not in yours}
+    return check_buildable(origin, get_config(canonical), described, {k: overrides[k] for k in yours if k in overrides})
 
 
 def _placement(overrides: dict[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
-from .layers.execution import plain, splittable
+from .layers.execution import functional_patched, plain, splittable
 from .layers.linear_kernel import compiled_linear_kernels, onednn_pays
 from .layers.window import pinning_window_plans, unpin_window_plans
 
@@ -323,7 +323,10 @@ class OptimizedModel(nn.Module):
                     )
                 return _map_tensors(self.model(x), cast)
             # The weights, and which library runs float32 linear layers (settings and thread count can change).
-            onednn = self.dtype == torch.float32 and x.device.type == "cpu" and onednn_pays()
+            # (not with a torch.nn.functional function replaced: the graph's linear mode would call it twice)
+            onednn = (
+                self.dtype == torch.float32 and x.device.type == "cpu" and not functional_patched() and onednn_pays()
+            )
             with self._lock:  # one build at a time; another thread's call waits for it rather than compiling too
                 tensors = _state_tensors(self.model)
                 signature = (_state_signature(tensors), onednn)

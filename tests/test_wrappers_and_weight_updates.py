@@ -545,3 +545,32 @@ def test_a_functional_replaced_before_swin_is_imported_runs_once_per_call():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300)
     calls, norms = result.stdout.split()
     assert calls == norms
+
+
+def test_torchs_device_context_keeps_the_fast_paths(monkeypatch):
+    """``with torch.device('cpu')`` (and torch.set_default_device) is a torch-function mode of torch's own that
+    only sets where new tensors go: batches still run in pieces under it (it counted as the user's code)."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    pieces = []
+    run_in_pieces = execution.run_in_image_chunks
+    monkeypatch.setattr(execution, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(
+        swin.trunk, "run_in_image_chunks", lambda run, x, images: pieces.append(images) or run_in_pieces(run, x, images)
+    )
+    with torch.no_grad(), torch.device("cpu"):
+        model(torch.randn(2, 3, 64, 64))
+    assert pieces == [1]
+
+
+def test_a_replaced_sdpa_is_the_attention_call(monkeypatch):
+    """A user's F.scaled_dot_product_attention (another kernel, a recorder) is what attention calls, in bf16 too
+    (the matmul path and the fused kernel went around it)."""
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10).eval()
+    sdpa, calls = F.scaled_dot_product_attention, []
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(a[0].dtype) or sdpa(*a, **k))
+    with torch.no_grad():
+        for dtype in (torch.float32, torch.bfloat16):
+            model.to(dtype)(torch.randn(1, 3, 64, 64, dtype=dtype))
+    assert calls == [torch.float32] * 4 + [torch.bfloat16] * 4

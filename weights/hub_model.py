@@ -12,6 +12,7 @@ take, costs one small download and gives an error naming the repository and the 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -105,21 +106,29 @@ def hub_model(spec: str) -> HubModel:
     return HubModel(architecture=architecture, overlay=overlay, model_args=model_args)
 
 
-def check_buildable(origin: str, registered: SwinConfig, overrides: dict[str, Any]) -> SwinConfig:
-    """``registered`` with the hub description's ``model_args`` and the caller's ``overrides``, or a ValueError
-    naming the repository (``origin``): fields no model takes, or a model whose float32 weights exceed the
-    checkpoint bound (checked before it is built, and before any weights are fetched)."""
+def check_buildable(
+    origin: str, registered: SwinConfig, described: dict[str, Any], yours: dict[str, Any]
+) -> SwinConfig:
+    """``registered`` with the hub description's entries (``described``: its ``model_args`` and head) and the
+    caller's overrides (``yours``), checked before the model is built and before any weights are fetched. Where
+    the description alone cannot be built, a ValueError naming the repository (``origin``); where only the
+    caller's overrides fail, their own error, as without a hub name; a model whose float32 weights exceed the
+    checkpoint bound, a ValueError."""
     try:
-        config = registered.replace(**overrides)
+        config = registered.replace(**{**described, **yours})
     except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"{origin}: the model its config.json describes (model_args, num_classes), with your overrides, cannot "
-            f"be built: {error}"
-        ) from None
+        try:
+            registered.replace(**described)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{origin}: the model its config.json describes (model_args, num_classes) cannot be built: {error}"
+            ) from None
+        raise
     size = 4 * count_parameters(config)
     if size > max_checkpoint_bytes():
         raise ValueError(
-            f"{origin}: its config.json describes a model of {format_bytes(size)} in float32, more than the "
+            f"{origin}: the model its config.json describes{' with your overrides' if yours else ''} takes "
+            f"{format_bytes(size)} in float32, more than the "
             f"{format_bytes(max_checkpoint_bytes())} any checkpoint may take; set {MAX_CHECKPOINT_BYTES_ENV} to "
             "allow it"
         )
@@ -139,9 +148,18 @@ def hub_weights(spec: str) -> Path:
         except DownloadError as error:
             raise DownloadError(f"the repository's weights could not be had: {missing}; {error}") from None
     except DownloadError as error:
+        # Unreachable, or a transfer that failed. A pickle in the cache beside no safetensors is what this
+        # repository gave when the hub had no safetensors for it: that, with a word.
+        cached = hub.hub_file(repo_id, _WEIGHTS[1], revision=revision, local_only=True)
+        if cached is not None and hub.hub_file(repo_id, _WEIGHTS[0], revision=revision, local_only=True) is None:
+            warnings.warn(
+                f"{error}; loading the {_WEIGHTS[1]} cached from an earlier download of {HUB_PREFIX}{spec}",
+                stacklevel=3,
+            )
+            return cached
         raise DownloadError(
-            f"{error}; the repository's {_WEIGHTS[1]} was not loaded instead, since its {_WEIGHTS[0]} exists: "
-            "try again (or check the connection or the mirror in HF_ENDPOINT)"
+            f"{error}; the repository's {_WEIGHTS[1]} was not loaded instead: that is done only where the hub "
+            f"answers it has no {_WEIGHTS[0]}. Try again (or check the connection or the mirror in HF_ENDPOINT)"
         ) from None
 
 

@@ -131,7 +131,7 @@ def _gets(server) -> list[str]:
         ({"pretrained_cfg": {**CONFIG["pretrained_cfg"], "std": [0.5, 0, 0.5]}}, "config.json's std is"),
         ({"architecture": "resnet50"}, "describes 'resnet50', which is not a Swin architecture"),
         ({"model_args": {**MODEL_ARGS, "embed_dim": "8"}}, "config.json describes .* cannot be built: .*embed_dim"),
-        ({"model_args": {**MODEL_ARGS, "embed_dim": 1 << 16}}, "describes a model of .* more than the"),
+        ({"model_args": {**MODEL_ARGS, "embed_dim": 1 << 16}}, "config.json describes takes .* more than the"),
         ({"model_args": {**MODEL_ARGS, "device": "meta"}}, "model_args name device: where and how the model runs"),
     ],
 )
@@ -199,9 +199,44 @@ def test_the_pickle_is_loaded_only_where_the_repository_has_no_safetensors(serve
     server.serve(f"/{REPO}/resolve/main/pytorch_model.bin", pickled.getvalue())
     body = safetensors_bytes(export(tiny_swin_state(), "timm"))
     server.serve(f"/{REPO}/resolve/main/model.safetensors", body, declared_length=len(body) + 1000)
-    with pytest.raises(DownloadError, match="pytorch_model.bin was not loaded instead"):
+    with pytest.raises(
+        DownloadError,
+        match="pytorch_model.bin was not loaded instead: that is done only where the hub answers it has no",
+    ):
         swin.create_model(f"hf-hub:{REPO}", pretrained=True)
     assert "pytorch_model.bin" not in _gets(server)
     server.serve(f"/{REPO}/resolve/main/model.safetensors", b"", status=404)
     model = swin.create_model(f"hf-hub:{REPO}", pretrained=True)
     assert _gets(server)[-1] == "pytorch_model.bin" and model.pretrained_cfg["file"].endswith("pytorch_model.bin")
+
+
+def test_a_cached_pickle_loads_while_the_hub_is_unreachable(server, monkeypatch):
+    """A repository without safetensors, loaded once: with the hub unreachable (not offline mode) its cached
+    pickle loads again, with a warning saying so (the unreachable hub read as 'the safetensors exists')."""
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    server.serve(f"/{REPO}/resolve/main/config.json", json.dumps(CONFIG).encode())
+    pickled = io.BytesIO()
+    torch.save(export(tiny_swin_state(), "timm"), pickled)
+    server.serve(f"/{REPO}/resolve/main/pytorch_model.bin", pickled.getvalue())
+    first = swin.create_model(f"hf-hub:{REPO}", pretrained=True)
+    server.serve(f"/{REPO}/resolve/main/config.json", b"", status=500)
+    server.serve(f"/{REPO}/resolve/main/pytorch_model.bin", b"", status=500)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    http = pytest.importorskip("huggingface_hub.utils._http")
+    monkeypatch.setattr(http.time, "sleep", lambda seconds: None)  # its retries' back-off: 20 s of waiting
+    with pytest.warns(UserWarning, match="loading the pytorch_model.bin cached from an earlier download"):
+        again = swin.create_model(f"hf-hub:{REPO}", pretrained=True)
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(again.eval()(x), first.eval()(x), rtol=0, atol=0)
+
+
+def test_the_callers_own_bad_override_is_theirs(hub_repo):
+    """An unknown or mistyped override of the caller's raises as it does for a registered name (TypeError), not
+    as the repository's config.json's fault."""
+    for override in ({"foo": 1}, {"drop_path_rate": "x"}):
+        with pytest.raises(TypeError) as registered:
+            swin.create_model("swin_t", **override)
+        with pytest.raises(TypeError) as hub:
+            swin.create_model(f"hf-hub:{REPO}", **override)
+        assert str(hub.value) == str(registered.value)
