@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -198,13 +199,16 @@ _INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "nearest-exact", "box", "ha
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _ints(value: Any, count: int) -> bool:
     """``count`` positive ints (one may stand alone for ``count`` 1)."""
     items = value if isinstance(value, (list, tuple)) else [value]
-    return len(items) == count and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items)
+    return len(items) == count and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in items
+    )
 
 
 def _derived(model: nn.Module) -> dict[str, Any]:

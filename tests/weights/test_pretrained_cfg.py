@@ -203,3 +203,11 @@ def test_preprocessing_no_transform_takes_is_refused_when_set(values, named):
             "swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1), pretrained_cfg_overlay=values
         )
     assert model.pretrained_cfg["crop_pct"] == 0.9  # unchanged
+
+
+def test_numpy_numbers_are_numbers():
+    """Preprocessing computed with numpy (a dataset's mean as float32) is taken as timm takes it."""
+    np = pytest.importorskip("numpy")
+    model = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
+    model.pretrained_cfg = {"mean": tuple(np.float32([0.5, 0.25, 0.5])), "crop_pct": np.float64(0.95)}
+    assert model.pretrained_cfg["crop_pct"] == 0.95 and model.pretrained_cfg["resize_size"] == math.floor(224 / 0.95)
