@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
@@ -16,6 +15,7 @@ from .layers.block_v2 import SwinBlockV2
 from .layers.execution import image_chunks, run_in_image_chunks
 from .layers.linear_kernel import linear_kernels
 from .layers.patch_embed import PatchEmbed
+from .layers.position_embedding import resized_position_embedding
 from .layers.semantics import get_semantics
 from .layers.stage import SwinStage
 from .layers.variants import VARIANTS
@@ -363,16 +363,6 @@ class SwinTrunk(nn.Module):
 def add_position_embedding(x: torch.Tensor, table: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     """(B, H, W, C) plus the absolute position embedding ``table`` learnt on a ``grid`` of patches."""
     return x + resized_position_embedding(table, grid, (x.shape[1], x.shape[2]))
-
-
-def resized_position_embedding(table: torch.Tensor, grid: tuple[int, int], size: tuple[int, int]) -> torch.Tensor:
-    """The embedding ``table`` (1, grid_h * grid_w, C) as a (1, H, W, C) map for a (H, W) = ``size`` grid:
-    bicubic-interpolated where that differs from ``grid``, as the official detection backbone."""
-    pos = table.view(1, grid[0], grid[1], -1)
-    if (size[0], size[1]) != (grid[0], grid[1]):
-        pos = F.interpolate(pos.permute(0, 3, 1, 2), (size[0], size[1]), mode="bicubic", align_corners=False)
-        pos = pos.permute(0, 2, 3, 1)
-    return pos
 
 
 def _patch_grid(img_size: tuple[int, int], patch_size: int) -> tuple[int, int]:

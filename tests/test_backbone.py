@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import swin
 from swin.weights import convert
@@ -201,3 +203,23 @@ def test_out_indices_as_timm_reads_them_come_out_in_stage_order(out_indices):
         x = torch.randn(1, 3, 96, 128)
         assert [level.shape[1] for level in ours(x)] == ours.out_channels
         assert len(SwinFPN(ours)(x)) == len(ours.out_channels) + 1  # and the extra pooled level
+
+
+@pytest.mark.parametrize("img_size", [64, 96])
+def test_an_official_detection_checkpoint_with_ape_loads(img_size):
+    """The official detection backbone (Swin-Transformer-Object-Detection) keeps absolute_pos_embed as a
+    (1, C, H, W) map and resizes it bicubically to each input's grid; its checkpoints loaded, at the grid they
+    were trained at and at another, where they were refused as 'another architecture'. Expected: the map resized
+    here with F.interpolate, as that code does."""
+    torch.manual_seed(0)
+    small = {"depths": (1, 1, 1, 1), "ape": True}
+    trained = swin.create_model("swin_t", features_only=True, img_size=64, **small)
+    nn.init.normal_(trained.absolute_pos_embed, std=0.5)
+    state = {f"backbone.{k}": v for k, v in trained.state_dict().items()}
+    grid = 64 // 4
+    official = trained.absolute_pos_embed.detach().reshape(1, grid, grid, 96).permute(0, 3, 1, 2)
+    state["backbone.absolute_pos_embed"] = official  # the official detection layout: (1, C, H, W)
+    model = swin.create_model("swin_t", features_only=True, img_size=img_size, pretrained=state, **small)
+    side = img_size // 4
+    expected = F.interpolate(official, (side, side), mode="bicubic", align_corners=False) if side != grid else official
+    torch.testing.assert_close(model.absolute_pos_embed.detach(), expected.flatten(2).transpose(1, 2))

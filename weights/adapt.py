@@ -3,6 +3,8 @@
 - A relative position bias table trained for another window is resized bicubically over its
   (2M-1) x (2M-1) grid of offsets, as the official fine-tuning code does (``utils.load_pretrained`` in
   microsoft/Swin-Transformer: ``F.interpolate(..., mode="bicubic")`` with the default ``align_corners``).
+- An absolute position embedding (``ape``) in the official detection backbone's (1, C, H, W) layout, or trained
+  at another input size, is put in the model's rows and resized bicubically to its patch grid.
 - A patch embedding trained on 3 channels is adapted to ``in_chans`` as timm's ``adapt_input_conv`` does:
   summed over RGB for 1 channel, otherwise repeated and scaled by 3 / in_chans.
 - A classifier of another size, and keys the model lacks (a detector's neck, the final norm of a
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 
 from ..layers.position_bias import resize_bias_table
+from ..layers.position_embedding import position_embedding_rows, resized_position_embedding
 
 __all__ = ["adapt_input_conv", "resize_relative_position_bias_table", "fit_state_dict"]
 
@@ -69,6 +72,21 @@ def _window_of(model: nn.Module, key: str, rows: int) -> tuple[int, int]:
         return int(window[0]), int(window[1])
     side = (math.isqrt(rows) + 1) // 2
     return side, side
+
+
+def _fit_position_embedding(value: torch.Tensor, model: nn.Module, target: torch.Size) -> torch.Tensor:
+    """An absolute position embedding in the model's (1, grid_h * grid_w, C) rows: from the official detection
+    backbone's (1, C, H, W) map too, bicubic-resized from the grid it was trained at to the model's (as the
+    official detection backbone does at every forward). Unchanged where it is none of those layouts."""
+    rows = position_embedding_rows(value, target[2])
+    config = getattr(model, "config", None)
+    if rows is None or config is None:
+        return value
+    grid = tuple(-(-side // config.patch_size) for side in config.img_size)
+    if grid[0] * grid[1] != target[1]:
+        return value
+    table, trained = rows
+    return resized_position_embedding(table, trained, grid).flatten(1, 2).to(value.dtype)
 
 
 def _unbuilt(key: str, own: dict[str, torch.Tensor]) -> bool:
@@ -191,6 +209,8 @@ def fit_state_dict(
             value = resize_relative_position_bias_table(value, _window_of(model, key, target[0]))
         elif value.shape != target and key == "patch_embed.proj.weight" and value.shape[0] == target[0]:
             value = adapt_input_conv(value, target[1])
+        elif value.shape != target and key == "absolute_pos_embed" and len(target) == 3:
+            value = _fit_position_embedding(value, model, target)
         if value.shape == target:
             fitted[key] = value
         elif key.startswith("head."):
