@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import inspect
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from torch import nn
 
 from .backbone import SwinBackbone
 from .registry import SwinConfig, describe_window
+from .weights.adapt import unbuilt
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, UperNetForSemanticSegmentation
@@ -170,6 +172,18 @@ def _load(model: nn.Module, checkpoint: Mapping | str | os.PathLike) -> None:
         checkpoint = load_file(checkpoint)
     state = convert_upernet(checkpoint)
     own = model.state_dict()
+    # stages after the last one the backbone outputs are not built (out_features ending early): theirs go
+    body = "backbone.body."
+    own_body = {k[len(body) :]: v for k, v in own.items() if k.startswith(body)}
+    unused = [k for k in state if k.startswith(body) and k not in own and unbuilt(k[len(body) :], own_body)]
+    if unused:
+        warnings.warn(
+            f"loading the UperNet checkpoint: dropped {len(unused)} key(s) of backbone stages this model does not "
+            f"build (its out_features end earlier), e.g. {unused[0]}",
+            UserWarning,
+            stacklevel=3,
+        )
+        state = {k: v for k, v in state.items() if k not in unused}
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     mismatched = [

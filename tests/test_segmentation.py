@@ -305,3 +305,26 @@ def test_a_rectangular_window_is_refused_naming_it():
         upernet("swin_t", 3, hidden_size=16, window_size=(8, 6), **TINY)
     with pytest.raises(ValueError, match=r"window is 7, 7, 14, 7 per stage: build it with one square window_size"):
         upernet("swin_t", 3, hidden_size=16, window_size=(7, 7, 14, 7), **TINY)
+
+
+def test_a_transformers_upernet_on_three_stages_converts():
+    """transformers' Swin UperNet with out_features ending at stage3 keeps stage 4's weights in its backbone; ours
+    does not build that stage, so its keys are dropped with a warning (the conversion failed, blaming the sizes)."""
+    config = transformers.UperNetConfig(
+        backbone_config=transformers.SwinConfig(
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in TINY.items()},
+            window_size=7,
+            out_features=["stage1", "stage2", "stage3"],
+        ),
+        num_labels=5,
+        auxiliary_in_channels=64,
+        **HEAD,
+    )
+    torch.manual_seed(0)
+    reference = transformers.UperNetForSemanticSegmentation(config).eval()
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    with pytest.warns(UserWarning, match="backbone stages this model does not build"):
+        ours = from_transformers(reference)
+    assert_same_logits(reference, ours, torch.randn(1, 3, 97, 131))

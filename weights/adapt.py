@@ -30,7 +30,7 @@ from torch import nn
 from ..layers.position_bias import resize_bias_table
 from ..layers.position_embedding import position_embedding_rows, resized_position_embedding
 
-__all__ = ["adapt_input_conv", "resize_relative_position_bias_table", "fit_state_dict"]
+__all__ = ["adapt_input_conv", "resize_relative_position_bias_table", "fit_state_dict", "unbuilt"]
 
 # Keys whose absence or surplus means the checkpoint is for another architecture.
 _TRUNK = re.compile(r"^(patch_embed|layers)\.")
@@ -89,7 +89,7 @@ def _fit_position_embedding(value: torch.Tensor, model: nn.Module, target: torch
     return resized_position_embedding(table, trained, grid).flatten(1, 2).to(value.dtype)
 
 
-def _unbuilt(key: str, own: dict[str, torch.Tensor]) -> bool:
+def unbuilt(key: str, own: dict[str, torch.Tensor]) -> bool:
     """Whether ``key`` belongs to a part the model does not build: a stage after the last one a backbone
     outputs, or the patch merging after its last stage (as opposed to a deeper or wider architecture)."""
     m = re.match(r"^layers\.(\d+)\.(downsample\.)?", key)
@@ -202,7 +202,7 @@ def fit_state_dict(
     notes: list[str] = []
     for key, value in state_dict.items():
         if key not in own:
-            (mismatched if _TRUNK.match(key) and not _unbuilt(key, own) else dropped).append(key)
+            (mismatched if _TRUNK.match(key) and not unbuilt(key, own) else dropped).append(key)
             continue
         target = own[key].shape
         if value.shape != target and key.endswith(_TABLE) and value.ndim == 2 and value.shape[1] == target[1]:
