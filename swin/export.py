@@ -24,6 +24,7 @@ __all__ = [
     "example_size",
     "export_onnx",
     "export_program",
+    "static_shape",
     "valid_size_ranges",
 ]
 
@@ -211,6 +212,28 @@ def example_shape(
     return _example_side(model, heights, 0), _example_side(model, widths, 1)
 
 
+def static_shape(
+    model: SwinTrunk, size_range: tuple[int, int] | tuple[tuple[int, int], tuple[int, int]] | None = None
+) -> tuple[int, int]:
+    """(height, width) of a static export: the one size ``size_range`` gives, ``(s, s)`` or ``((h, h), (w, w))``,
+    any multiple of 32 of at least one patch (a graph traced at one shape computes as eager there: none of the
+    ranges of :func:`valid_size_ranges` applies); by default :func:`example_shape`'s."""
+    if size_range is None:
+        return example_shape(model, None)
+    ranges = size_range if _per_axis(size_range) else (size_range, size_range)
+    try:
+        (h_low, h_high), (w_low, w_high) = ((int(a), int(b)) for a, b in ranges)
+    except (TypeError, ValueError):
+        raise ValueError(f"a static export's size is (s, s) or ((h, h), (w, w)), got {size_range!r}") from None
+    if h_low != h_high or w_low != w_high:
+        raise ValueError(f"a static export has one size: give it twice, (s, s) or ((h, h), (w, w)), got {size_range!r}")
+    if h_low % SIZE_MULTIPLE or w_low % SIZE_MULTIPLE or min(h_low, w_low) < model.patch_embed.patch_size:
+        raise ValueError(
+            f"a static export's height and width must be positive multiples of {SIZE_MULTIPLE}, got {size_range!r}"
+        )
+    return h_low, w_low
+
+
 def _example(model: SwinTrunk, shape: tuple[int, int], batch: int) -> torch.Tensor:
     parameter = next(model.parameters())
     return torch.randn(batch, model.in_chans, *shape, device=parameter.device, dtype=parameter.dtype)
@@ -320,15 +343,17 @@ def export_onnx(
     """
     _require_swin(model)
     max_batch = _check_batch((64 if dynamic else 2) if max_batch is None else max_batch)
-    heights, widths = check_size_ranges(model, size_range)
+    if dynamic:
+        heights, widths = check_size_ranges(model, size_range)
+        height, width = example_shape(model, size_range)
+    else:  # one traced shape computes as eager at that shape, whatever a range around it would do
+        height, width = static_shape(model, size_range)
+        heights, widths = (height, height), (width, width)
     try:
         import onnxscript  # noqa: F401  (the exporter needs it; fail with our message, not deep inside torch)
     except ImportError:
         raise ImportError("ONNX export needs onnx and onnxscript: pip install 'swin[onnx]'") from None
     model.eval()
-    height, width = example_shape(model, size_range)
-    if not dynamic:
-        heights, widths = (height, height), (width, width)
     if isinstance(model, SwinBackbone):
         outputs = [f"features{i}" for i in model.out_indices]
     else:

@@ -118,3 +118,19 @@ def test_compile_inductor_matches_eager():
 def test_torchscript_says_export_is_the_way():
     with pytest.raises(RuntimeError, match=r"TorchScript.*not supported.*torch.export.*ONNX"):
         torch.jit.script(small())
+
+
+def test_a_static_backbone_export_at_any_one_size(tmp_path):
+    """A static export is one traced shape, exact there: a backbone at 224 (below the 256 where its dynamic graph
+    starts) exports and matches eager (it was refused as 'wider than one exported graph computes correctly')."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model = small(features_only=True, out_indices=(0, 1, 2, 3))
+    path = export_onnx(model, tmp_path / "b.onnx", dynamic=False, size_range=(224, 224), max_batch=1)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        expected = [level.numpy() for level in model(x)]
+    got = session.run(None, {"x": x.numpy()})
+    assert len(got) == 4 and all(abs(g - e).max() <= 1e-4 for g, e in zip(got, expected, strict=True))

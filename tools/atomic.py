@@ -57,11 +57,17 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
         UnsafeOutputError: ``path`` is a symlink, directory, FIFO, socket or device, or is one of ``inputs``
             (the same name after resolving links, or the same file through a hard link).
         FileNotFoundError: its folder does not exist.
+        NotADirectoryError: a part of its folder's path is a file.
         PermissionError: its folder is not writable, or it is an existing read-only file.
     """
     path = os.fspath(path)
     if not os.path.basename(path):
         raise UnsafeOutputError(f"output {path!r} names a folder, not a file; add a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)  # the deepest part of the path that exists
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise NotADirectoryError(f"output {path}: {parent} is a file, not a folder; choose another output path")
     existing = _refuse_special(path)
     for source in map(os.fspath, inputs):
         same = os.path.realpath(source) == os.path.realpath(path)

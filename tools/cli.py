@@ -143,7 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; every error becomes one line on stderr and a non-zero exit status
     (``SWIN_DEBUG=1`` lets the traceback through)."""
     argv = _global_options_first(sys.argv[1:] if argv is None else argv)
-    args = build_parser(_command_of(argv)).parse_args(argv)
+    try:  # building the parser imports the command's modules (torch: a second or more)
+        args = build_parser(_command_of(argv)).parse_args(argv)
+    except KeyboardInterrupt:
+        command = _command_of(argv)
+        print(f"swin {command}: interrupted" if command else "swin: interrupted", file=sys.stderr)
+        return 130
     try:
         _register_model_files(args.models_file)
         status = args.func(args)

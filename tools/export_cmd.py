@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from ..export import SIZE_MULTIPLE, check_size_ranges, example_shape, export_onnx, export_program
+from ..export import SIZE_MULTIPLE, check_size_ranges, export_onnx, export_program, static_shape
 from ..factory import create_model, entry_model
 from ..registry import resolve_name
 from ..weights.user_weights import load_weights, preprocessing_for
@@ -151,10 +151,18 @@ def cmd_export(args) -> int:
     with torch.device("meta"):  # the size range needs the architecture only, not its weights
         skeleton = create_model(args.name, features_only=args.features_only)
     size_range = _size_range(args.size_range, args.static)
-    heights, widths = _check_size_ranges(skeleton, size_range)
+    if args.static:  # one traced shape: any size, no range to keep inside
+        heights = widths = None
+        static_shape(skeleton, size_range)
+    else:
+        heights, widths = _check_size_ranges(skeleton, size_range)
 
     arch = resolve_name(args.name.partition(".")[0])
     weights = load_weights(arch, named, model_for=entry_model) if named else None
+    if weights is not None:  # as predict and validate: weights of another window are not this model's
+        from .predict_cmd import check_window
+
+        check_window(arch, weights.state, weights.name)
     overrides: dict[str, Any] = {}
     if weights is not None and not args.features_only:
         if weights.num_classes is None:
@@ -176,7 +184,7 @@ def cmd_export(args) -> int:
     if weights is None and "." in args.name and not args.features_only:  # the tag gave the head its size
         described += f" with the head of {args.name} ({model.num_classes} classes)"
     if args.static:
-        height, width = example_shape(model, size_range)  # the shape export_onnx fixes
+        height, width = static_shape(model, size_range)  # the shape export_onnx fixes
         shape = f"static input {batch}x{model.in_chans}x{height}x{width}"
     else:
         batches = "batch 1" if batch == 1 else f"batch 1..{batch}"

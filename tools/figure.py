@@ -47,6 +47,8 @@ def check_figure_path(path: str, option: str = "--out", inputs: Iterable[str | o
     if os.path.isdir(path) and not os.path.islink(path):
         raise ValueError(f"{option} {path} is a directory; give a file name such as {path.rstrip('/')}/figure.png")
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{option} {path}: {folder} is a file, not a folder; choose another path")
     if not os.path.isdir(folder):
         raise ValueError(f"{option} {path}: the folder {folder} does not exist; create it or choose another path")
     try:

@@ -49,7 +49,9 @@ def refuse_non_finite(state: Mapping[str, torch.Tensor], origin: str) -> None:
 
 def require_swin_trunk(state: Mapping[str, torch.Tensor], origin: str) -> None:
     """Raise unless ``state`` (our layout) is a complete Swin trunk: patch embedding, stages numbered from 0,
-    blocks numbered from 0 in each, and every block with all its weights."""
+    blocks numbered from 0 in each, every block with all its weights, the patch mergings between the stages
+    (of matching widths) and, with a classifier, the final norm. (A stage's last block cannot be told missing
+    from the checkpoint alone: loading into an architecture finds it.)"""
     if "patch_embed.proj.weight" not in state:
         shown = ", ".join(sorted(map(str, state))[:8]) or "none"
         raise CorruptCheckpointError(
@@ -72,11 +74,43 @@ def require_swin_trunk(state: Mapping[str, torch.Tensor], origin: str) -> None:
         for index in sorted(indices):
             prefix = f"layers.{stage}.blocks.{index}."
             missing += [prefix + part for part in _BLOCK_PARTS if prefix + part not in state]
+    if not missing:
+        missing += _between_stages(state, len(blocks))
     if missing:
         more = f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
         raise CorruptCheckpointError(
             f"{origin}: an incomplete Swin checkpoint - missing {', '.join(missing[:_SHOWN])}{more}"
         )
+
+
+def _between_stages(state: Mapping[str, torch.Tensor], stages: int) -> list[str]:
+    """What joins the stages, in our layout: a patch merging at the end of every stage but the last (one at the
+    end of the last means a stage after it is missing), each taking its stage's width C to the next stage's 2C,
+    and, where there is a classifier, the final norm over the last stage's width."""
+    missing = []
+    widths = [state[f"layers.{i}.blocks.0.norm1.weight"].shape[0] for i in range(stages)]
+    for stage in range(stages):
+        reduction = state.get(f"layers.{stage}.downsample.reduction.weight")
+        if reduction is None:
+            if stage < stages - 1:
+                missing.append(f"layers.{stage}.downsample.* (the patch merging into stage {stage + 1})")
+            continue
+        if stage == stages - 1:
+            missing.append(f"stage {stages} (layers.{stages}.*, which layers.{stage}.downsample merges into)")
+        elif tuple(reduction.shape) != (widths[stage + 1], 4 * widths[stage]):
+            missing.append(
+                f"a patch merging from stage {stage}'s {widths[stage]} channels to stage {stage + 1}'s "
+                f"{widths[stage + 1]} (layers.{stage}.downsample.reduction.weight is {tuple(reduction.shape)})"
+            )
+    if "head.weight" in state and "norm.weight" not in state:
+        missing.append("norm.weight (the final norm before the classifier head)")
+    norm = state.get("norm.weight")
+    if norm is not None and not missing and norm.shape[0] != widths[-1]:
+        missing.append(
+            f"the stage(s) after stage {stages - 1} (the final norm has {norm.shape[0]} channels, the last stage here "
+            f"{widths[-1]})"
+        )
+    return missing
 
 
 def check_state(state: Mapping[str, torch.Tensor], origin: str) -> None:

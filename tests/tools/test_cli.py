@@ -47,3 +47,34 @@ def test_malformed_models_file_is_a_user_error(tmp_path, capsys):
     assert err.startswith(f"swin list: --models-file {path}: not valid YAML at line 4") and err.count("\n") == 1, err
     assert "(while parsing a flow sequence at line 3, column 11)" in err  # where the unclosed list opens
     assert "Error" not in err and "SWIN_DEBUG" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["flops", "swin_t", "--plot", "{file}/plot.png"],
+        ["export", "swin_t", "{file}/m.onnx", "--random-weights"],
+        ["convert", "{file}", "{file}/out.pth"],
+    ],
+)
+def test_an_output_under_a_file_is_named(tmp_path, capsys, argv):
+    """An output whose folder is a regular file: one line saying so (was 'the folder ... does not exist', or a
+    bare '[Errno 20] Not a directory')."""
+    file = tmp_path / "a_file"
+    file.write_bytes(b"x")
+    status = main([a.format(file=file) for a in argv])
+    err = capsys.readouterr().err
+    assert status in (1, 2) and f"{file} is a file, not a folder" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_interrupt_while_the_command_loads_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while torch is still importing (building the parser imports the command's modules): a line and
+    status 130, as later in the command (was a KeyboardInterrupt traceback)."""
+    from swin.tools import cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["flops", "swin_t"]) == 130
+    assert capsys.readouterr().err.strip() == "swin flops: interrupted"

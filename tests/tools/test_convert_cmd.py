@@ -240,3 +240,22 @@ def test_no_ema_on_a_checkpoint_of_ema_weights_only(training, tmp_path, capsys):
     assert "use_ema" not in err  # the Python API's spelling, not the command's
     assert main(["convert", str(tmp_path / "ema.pth"), str(tmp_path / "out.pth")]) == 0
     assert "ema.pth (timm layout) ->" in capsys.readouterr().out  # one set of weights: nothing to choose
+
+
+@pytest.mark.parametrize(
+    ("left_out", "named"),
+    [
+        ("layers.3.", "the stage(s) after stage 2 (the final norm has 256 channels, the last stage here 128)"),
+        ("layers.3.blocks.", "stage 3 (layers.3.*, which layers.2.downsample merges into)"),
+        ("layers.2.downsample.", "layers.1.downsample.* (the patch merging into stage 2)"),  # timm: next stage's
+        ("norm.", "norm.weight (the final norm before the classifier head)"),
+    ],
+)
+def test_a_checkpoint_missing_a_whole_part_is_refused(checkpoints, tmp_path, capsys, left_out, named):
+    """A last stage, a patch merging or the final norm left out (timm's keys) made a file every loader refused
+    later ('9 trunk key(s) differ'); convert promises a complete Swin checkpoint."""
+    state = torch.load(checkpoints / "timm.pth", weights_only=True)
+    torch.save({k: v for k, v in state.items() if not k.startswith(left_out)}, tmp_path / "part.pth")
+    status, err = run([tmp_path / "part.pth", tmp_path / "out.pth"], capsys)
+    assert status == 1 and "incomplete Swin checkpoint" in err and named in err
+    assert not (tmp_path / "out.pth").exists()

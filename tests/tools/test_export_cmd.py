@@ -300,3 +300,14 @@ def test_help_documents_the_per_axis_syntax(capsys):
     with pytest.raises(SystemExit):
         main(["export", "--help"])
     assert "HMIN,HMAX:WMIN,WMAX" in " ".join(capsys.readouterr().out.split())
+
+
+def test_weights_of_another_window_are_refused(checkpoint, tmp_path, capsys):
+    """As predict and validate refuse them (the export resized the bias tables and wrote a file naming the
+    weights and their preprocessing as if it were the trained model)."""
+    arch, _, _ = checkpoint
+    torch.manual_seed(0)
+    torch.save(swin.create_model(arch, num_classes=10, window_size=14).state_dict(), tmp_path / "w14.pth")
+    err = _refused([arch, str(tmp_path / "m.pt2"), "--weights", str(tmp_path / "w14.pth")], capsys)
+    assert f"has window 14 (27x27 bias table) at stage 1 but {arch} has window 7" in err
+    assert not (tmp_path / "m.pt2").exists()
