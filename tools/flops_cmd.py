@@ -104,8 +104,12 @@ def _table(report: dict, units: _Units) -> str:
     )
     out.append(units.header)
     out.append("")
+    twice = "2 x " if units.factor == 2 else ""  # the paper's formulas count MACs
     out.append(
         f"Attention per stage, G{units.name} summed over the stage's blocks: "
+        f"MSA = {twice}(4hwC^2 + 2(hw)^2 C), W-MSA = {twice}(4hwC^2 + 2M^2 hwC)"
+        if twice
+        else f"Attention per stage, G{units.name} summed over the stage's blocks: "
         "MSA = 4hwC^2 + 2(hw)^2 C, W-MSA = 4hwC^2 + 2M^2 hwC"
     )
     pad = report["padded"]

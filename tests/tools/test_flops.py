@@ -48,6 +48,8 @@ def test_table_flops_doubles(capsys):
     assert code == 0
     assert out.splitlines()[1].startswith("Units: FLOPs = 2 x MACs")
     assert "8.989" in out and "GFLOPs" in out
+    # the paper's formulas count MACs: the header doubles them with the figures (it showed them as MACs)
+    assert "MSA = 2 x (4hwC^2 + 2(hw)^2 C), W-MSA = 2 x (4hwC^2 + 2M^2 hwC)" in out
 
 
 def test_json_shape(capsys):
