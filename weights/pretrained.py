@@ -77,7 +77,12 @@ def read_checked(path: str | os.PathLike, origin: str | None = None) -> tuple[di
         CorruptCheckpointError: anything else; the message names ``origin`` (default: ``path``).
     """
     origin = origin or os.fspath(path)
-    checkpoint = safe_load.load_file(path)
+    try:
+        checkpoint = safe_load.load_file(path)
+    except CHECK_ERRORS as error:  # named by the file read: a download's is a temporary one, say what it is of
+        if origin == os.fspath(path):
+            raise
+        raise type(error)(str(error).replace(os.fspath(path), origin)) from None
     try:
         state = unwrap(checkpoint)
         layout = detect_layout(state)

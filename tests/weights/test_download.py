@@ -239,3 +239,13 @@ def test_22k_tag_builds_its_own_head(server, monkeypatch, swin_home):
         assert (model(image) - reference(image)).abs().max().item() <= 1e-5
     with pytest.warns(UserWarning, match="head"):
         assert swin.create_model("swin_t", pretrained="ms_in22k", num_classes=10).num_classes == 10
+
+
+def test_an_html_page_at_a_url_is_named_by_its_url(server, swin_home):
+    """A URL that serves an HTML page (a login or rate-limit page): the error names the URL, not the temporary
+    file the download was checked in (which no longer exists), and nothing is cached."""
+    server.serve("/page/swin_t.pth", b"<!DOCTYPE html><html><body>rate limited</body></html>")
+    url = server.url("/page/swin_t.pth")
+    with pytest.raises(Exception, match="not a checkpoint") as error:  # noqa: PT011 (its type: the loader's)
+        swin.create_model("swin_t", depths=(1, 1, 1, 1), pretrained=url)
+    assert url in str(error.value) and ".part" not in str(error.value), str(error.value)
