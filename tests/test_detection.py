@@ -36,6 +36,33 @@ def test_faster_rcnn_trains_and_predicts():
     assert len(predictions) == 2 and predictions[0]["boxes"].shape[-1] == 4
 
 
+def test_retinanet_with_p6_p7_as_torchvision_builds_it():
+    """RetinaNet's pyramid as torchvision builds it for a ResNet (stages 2-4, LastLevelP6P7 extra levels): the
+    FPN takes torchvision's extra_blocks (only a max-pooled level or none could be had). Expected: the levels of
+    torchvision's own FeaturePyramidNetwork on the body's maps, with the same weights."""
+    from torchvision.models.detection import RetinaNet
+    from torchvision.ops import FeaturePyramidNetwork
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+
+    torch.manual_seed(0)
+    backbone = swin.detection_backbone(
+        "swin_t", out_channels=64, depths=(1, 1, 1, 1), out_indices=(1, 2, 3), extra_blocks=LastLevelP6P7(64, 64)
+    ).eval()
+    x = torch.rand(1, 3, 128, 160)
+    reference = FeaturePyramidNetwork(backbone.body.out_channels, 64, extra_blocks=LastLevelP6P7(64, 64)).eval()
+    reference.load_state_dict(backbone.fpn.state_dict())
+    with torch.no_grad():
+        levels = backbone(x)
+        expected = reference(dict(zip("012", backbone.body(x), strict=True)))
+    assert list(levels) == list(expected) == ["0", "1", "2", "p6", "p7"]
+    for got, want in zip(levels.values(), expected.values(), strict=True):
+        torch.testing.assert_close(got, want)
+    detector = RetinaNet(backbone, num_classes=3, min_size=128, max_size=160).train()
+    target = {"boxes": torch.tensor([[10.0, 12.0, 60.0, 70.0]]), "labels": torch.tensor([1])}
+    losses = detector([torch.rand(3, 128, 150)], [target])
+    assert all(torch.isfinite(loss) for loss in losses.values())
+
+
 class FPNSegmentationHead(nn.Module):
     """Lateral 1x1 convs, top-down sum to stride 4, a 3x3 conv and a classifier, upsampled to the image."""
 
