@@ -268,7 +268,9 @@ class SwinTrunk(nn.Module):
 
         Without ``window_size`` and ``window_ratio`` the windows scale with the patch grid from the ones last
         asked for (at construction or by this method), as timm: swin_t at 384 gets 12. The resized tables are new
-        parameters: build the optimizer after this call. Raises ``ValueError`` before anything changes.
+        parameters: build the optimizer after this call. Resizing a table loses detail, so a round trip (224 ->
+        384 -> 224) does not give back the original model (timm's neither): keep a copy to return to. Raises
+        ``ValueError`` before anything changes.
         """
         config = self.config
         if patch_size is not None and tuple(_pair(patch_size, "patch_size")) != (config.patch_size,) * 2:
