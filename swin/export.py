@@ -334,7 +334,7 @@ def export_onnx(
     each axis' :func:`dynamic_size_range`; a range one graph cannot serve is refused, see
     :func:`check_size_ranges`), batch 1..``max_batch`` (default 64; 1 makes the batch static). The graph
     refuses other sizes at run time (ONNX Runtime fails in a Gather named ``size_guard_N: <the rule>``).
-    Static (``dynamic=False``): the one size :func:`example_shape` (``size_range=(s, s)`` picks ``s`` x ``s``)
+    Static (``dynamic=False``): the one size :func:`static_shape` (``size_range=(s, s)`` picks ``s`` x ``s``)
     and the one batch ``max_batch`` (default 2). The file's ``metadata_props`` carry ``height_min``,
     ``height_max``, ``width_min``, ``width_max``, ``size_min`` and ``size_max`` (when height and width share
     one range), ``size_multiple``, ``valid_sizes`` and ``max_batch``, plus ``metadata`` (e.g. the

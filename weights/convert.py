@@ -178,5 +178,10 @@ def export(state_dict: Mapping, target: str = "official") -> dict[str, torch.Ten
         exportable = [name for name, lay in LAYOUTS.items() if name == "official" or lay.from_ours]
         raise ValueError(f"export to {target!r} is not supported; export targets: {', '.join(exportable)}")
     sd = unwrap(state_dict)
+    if target == "timm" and "absolute_pos_embed" in sd:
+        raise ValueError(
+            "timm's Swin has no absolute position embedding (ape): its strict load refuses absolute_pos_embed and a "
+            "lenient one drops it; export this model to 'official' instead"
+        )
     out = _apply(sd, layout.from_ours, layout.drop)
     return out | {k: v for k, v in sd.items() if k in sd.passthrough and k not in out}

@@ -133,6 +133,7 @@ class PretrainedCfg(dict):
             dict.update(self, values)
             return
         check_preprocessing(values, "pretrained_cfg")
+        values = _plain(values)
         derived = _derived(model)
         pinned = dict(_pinned(model))
         for key, value in values.items():
@@ -196,6 +197,22 @@ def check_preprocessing(values: Mapping[str, Any], origin: str) -> None:
 
 # What torchvision's InterpolationMode (and so timm's evaluation transform) takes by name.
 _INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "nearest-exact", "box", "hamming", "lanczos")
+
+
+def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with numpy's numbers (checked by :func:`check_preprocessing`) as Python's: what is kept is
+    written to JSON (an ONNX file's metadata, ``--format json``)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(plain(v) for v in value)
+        return value
+
+    return {key: plain(value) for key, value in values.items()}
 
 
 def _number(value: Any) -> bool:
@@ -277,6 +294,7 @@ def set_pretrained_cfg(model: nn.Module, values: Mapping[str, Any] | None) -> No
     """``model.pretrained_cfg = values``: keep the values that differ from what the model reports now (so that
     assigning back a copy with one change pins that one only); None forgets them all."""
     check_preprocessing(values or {}, "pretrained_cfg")
+    values = _plain(values or {})
     derived = _derived(model)
     pinned = {k: v for k, v in (values or {}).items() if not _same(v, derived.get(k, _MISSING))}
     setattr(model, _USER, pinned or None)

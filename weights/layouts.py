@@ -194,6 +194,7 @@ TRANSFORMERS = Layout(
     to_ours=(
         (_HF + r"embeddings\.patch_embeddings\.projection\.", "patch_embed.proj."),
         (_HF + r"embeddings\.norm\.", "patch_embed.norm."),
+        (_HF + r"embeddings\.position_embeddings$", "absolute_pos_embed"),  # use_absolute_embeddings=True
         (_HF + r"encoder\.layers\.(\d+)\.", r"layers.\1."),
         (_HF + r"layernorm\.", "norm."),
         (r"^hidden_states_norms\.stage(\d+)\.", lambda m: f"norm{int(m.group(1)) - 1}."),

@@ -346,3 +346,32 @@ def test_timm_features_only_state_dict():
     }
     assert ours.keys() == expected.keys()
     assert all(torch.equal(ours[k], expected[k]) for k in expected)
+
+
+def test_transformers_absolute_position_embedding_loads():
+    """transformers' use_absolute_embeddings=True keeps its embedding in embeddings.position_embeddings: it is
+    our absolute_pos_embed (it was left behind, the model keeping a random one: logits 0.075 off)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.SwinConfig(
+        embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 4, 8], use_absolute_embeddings=True, num_labels=10
+    )
+    torch.manual_seed(0)
+    reference = transformers.SwinForImageClassification(config).eval()
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    small = {"embed_dim": 16, "depths": (1, 1, 1, 1), "num_heads": (1, 2, 4, 8), "num_classes": 10, "ape": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every key loads
+        ours = swin.create_model("swin_t", pretrained=reference.state_dict(), **small).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), reference(pixel_values=x).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_an_ape_model_is_not_exported_to_timms_layout():
+    """timm's Swin has no absolute position embedding: its strict load refused the key, a lenient one dropped it."""
+    state = swin.create_model("swin_t", depths=(1, 1, 1, 1), ape=True).state_dict()
+    with pytest.raises(ValueError, match="timm's Swin has no absolute position embedding"):
+        export(state, "timm")
+    assert "absolute_pos_embed" in export(state, "official")

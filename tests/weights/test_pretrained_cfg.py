@@ -211,3 +211,13 @@ def test_numpy_numbers_are_numbers():
     model = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
     model.pretrained_cfg = {"mean": tuple(np.float32([0.5, 0.25, 0.5])), "crop_pct": np.float64(0.95)}
     assert model.pretrained_cfg["crop_pct"] == 0.95 and model.pretrained_cfg["resize_size"] == math.floor(224 / 0.95)
+
+
+def test_numpy_numbers_are_kept_as_python_numbers():
+    """What is kept is written as JSON (an ONNX file's metadata): numpy's float32 failed there after export."""
+    import json
+
+    np = pytest.importorskip("numpy")
+    model = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
+    model.pretrained_cfg = {"mean": tuple(np.float32([0.5, 0.25, 0.5])), "input_size": (3, np.int64(224), 224)}
+    assert json.loads(json.dumps(swin.data_config(model)["mean"])) == [0.5, 0.25, 0.5]
