@@ -381,7 +381,7 @@ def load_pretrained(
     """
     if isinstance(pretrained, Mapping):  # a state dict already in memory
         path, entry, checkpoint = None, None, pretrained
-        origin = "the state dict given as pretrained="
+        origin = getattr(pretrained, "origin", None) or "the state dict given as pretrained="
     else:
         path, entry = resolve(name, pretrained, model_for)
         checkpoint = safe_load.load_file(path)

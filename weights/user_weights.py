@@ -99,8 +99,19 @@ def load_weights(
 
 def read_weights(path: Path, entry: manifest.PretrainedEntry | None = None) -> LoadedWeights:
     """The second half of :func:`load_weights`, for a file :func:`locate_weights` found."""
-    ours, layout = read_checked(path, f"{entry.name} ({path})" if entry else os.fspath(path))
-    return LoadedWeights(ours, Path(path), layout, entry)
+    origin = f"{entry.name} ({path})" if entry else os.fspath(path)
+    ours, layout = read_checked(path, origin)
+    return LoadedWeights(NamedState(ours, origin), Path(path), layout, entry)
+
+
+class NamedState(dict):
+    """A state dict that knows which file it was read from: ``create_model(pretrained=it)``'s messages name the
+    file (a command's ``--weights FILE``) rather than "the state dict given as pretrained=". A plain dict to
+    everything else."""
+
+    def __init__(self, state: dict[str, torch.Tensor], origin: str) -> None:
+        super().__init__(state)
+        self.origin = origin
 
 
 def preprocessing_for(

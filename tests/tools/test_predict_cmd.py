@@ -186,3 +186,17 @@ def test_an_elongated_image_is_refused_before_the_resize(tiny_checkpoints, capsy
     status, out, err = predict(capsys, folder / "line.png", "--model", "predict_tiny", "--weights", folder / "w7.pth")
     assert status == 1 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "20000x1 image would be resized to 4960000x248" in err and "crop it nearer to square" in err
+
+
+def test_weights_of_another_architecture_are_named_by_their_file(tmp_path, capsys):
+    """The refusal names the --weights file (it said 'the state dict given as pretrained=', the Python API's
+    words)."""
+    import swin
+
+    torch.save(
+        swin.create_model("swin_t", embed_dim=32, depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)).state_dict(),
+        tmp_path / "small.pth",
+    )
+    Image.new("RGB", (64, 48)).save(tmp_path / "image.png")
+    status, out, err = predict(capsys, tmp_path / "image.png", "--model", "swin_t", "--weights", tmp_path / "small.pth")
+    assert status == 1 and f"{tmp_path / 'small.pth'} does not fit the model (swin_t)" in err, err
