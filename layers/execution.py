@@ -118,12 +118,8 @@ def plain(model: torch.nn.Module) -> bool:
             return False
         cls = type(m)
         known = classes[cls] if cls in classes else classes.setdefault(cls, _unpatched(cls))
-        if known is None:
+        if known is None or _patched_on(m, known):
             return False
-        instance = m.__dict__
-        for name in known:  # a function set on the instance (block.forward = mine) shadows the class's
-            if name in instance:
-                return False
     return True
 
 
@@ -210,7 +206,10 @@ def _users_code(m: torch.nn.Module) -> bool:
 def _patched_on(m: torch.nn.Module, known: dict[str, object]) -> bool:
     """Whether one of the class's functions is shadowed by one set on the instance (``block.forward = mine``)."""
     instance = m.__dict__
-    return any(name in instance for name in known)
+    for name in known:  # a loop, not any(): plain() asks this of every module on every forward
+        if name in instance:
+            return True
+    return False
 
 
 def _unpatched(cls: type) -> dict[str, object] | None:
