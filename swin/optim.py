@@ -139,9 +139,10 @@ def param_groups(
             gets ``lr_scale = layer_decay ** (num_blocks + 1 - i)``, so the classifier head (and anything
             outside the trunk) trains at the full rate, the deepest block at ``layer_decay`` times it and the
             patch embedding at ``layer_decay ** (num_blocks + 1)``. ``None``: no layer decay (scale 1).
-        lr: base learning rate; each group gets ``lr = lr * lr_scale``. Without it the groups carry only
-            ``lr_scale``, which timm's schedulers apply but ``torch.optim`` ignores (every group then trains at
-            the optimizer's ``lr``): pass ``lr`` when the optimizer is torch's.
+        lr: base learning rate; each group gets ``lr`` times its layer's scale (and no ``lr_scale``, which
+            timm's schedulers would apply a second time: they take each group's ``lr`` as its base). Without it
+            the groups carry only ``lr_scale``, which timm's schedulers apply but ``torch.optim`` ignores (every
+            group then trains at the optimizer's ``lr``): pass ``lr`` when the optimizer is torch's.
         no_weight_decay: names (or whole dotted parts of names, e.g. ``"relative_position_bias_table"``), or
             fnmatch patterns over the full name (entries with ``*``, ``?`` or ``[``, e.g. ``"head.*"``, as timm's
             ``no_weight_decay_list``), without weight decay; one that matches nothing is warned about. ``None``
@@ -149,7 +150,7 @@ def param_groups(
             decay.
 
     Returns:
-        A list of dicts with ``params``, ``weight_decay``, ``lr_scale``, ``lr`` (when given) and, with
+        A list of dicts with ``params``, ``weight_decay``, ``lr`` (when given, else ``lr_scale``) and, with
         ``layer_decay``, ``layer_id``; ordered by layer id, decayed group first; empty groups left out.
 
     Raises:
@@ -192,9 +193,13 @@ def param_groups(
         group = groups.get((layer, decay))
         if group is None:
             scale = 1.0 if layer_decay is None else layer_decay ** (top - layer)
-            group = {"params": [], "weight_decay": weight_decay if decay else 0.0, "lr_scale": scale}
+            group = {"params": [], "weight_decay": weight_decay if decay else 0.0}
+            # the scale once: in lr when given (timm's schedulers take each group's lr as its base and would
+            # multiply an lr_scale in again), else as lr_scale for timm's schedulers to apply
             if lr is not None:
                 group["lr"] = lr * scale
+            else:
+                group["lr_scale"] = scale
             if layer_decay is not None:
                 group["layer_id"] = layer
             groups[(layer, decay)] = group

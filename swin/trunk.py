@@ -317,15 +317,17 @@ class SwinTrunk(nn.Module):
         self._window_reference = reference
 
     def no_weight_decay(self) -> set[str]:
-        """Parameter names that Swin's recipes train without weight decay: ``absolute_pos_embed``, every
-        ``relative_position_bias_table``, Swin-V2's ``logit_scale`` and ``cpb_mlp`` where a model has them, and
-        every 1-D parameter (norm weights and biases, all biases), as the official ``set_weight_decay``."""
-        # The official no_weight_decay() and no_weight_decay_keywords() of V1 and V2, whatever the shape.
+        """Parameter names that Swin's recipes train without weight decay whatever their shape:
+        ``absolute_pos_embed``, every ``relative_position_bias_table``, Swin-V2's ``logit_scale`` and ``cpb_mlp``
+        where a model has them (the official ``no_weight_decay()`` and ``no_weight_decay_keywords()``, as timm's
+        Swin names them). 1-D parameters (norms, biases) are left to the optimizer's rule, as there: timm's
+        ``filter_bias_and_bn`` and :func:`swin.param_groups` exclude them, ``filter_bias_and_bn=False`` decays
+        them."""
         named = ("absolute_pos_embed", "relative_position_bias_table", "logit_scale")
         names = set()
-        for name, param in self.named_parameters():
+        for name, _ in self.named_parameters():
             parts = name.split(".")
-            if param.ndim <= 1 or parts[-1] in named or "cpb_mlp" in parts:
+            if parts[-1] in named or "cpb_mlp" in parts:
                 names.add(name)
         return names
 

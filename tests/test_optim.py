@@ -83,7 +83,7 @@ def test_every_parameter_in_exactly_one_group_with_the_right_decay(build, layer_
         assert found[id(p)]["weight_decay"] == (0.05 if decay[id(p)] else 0.0)
     if layer_decay is None:
         assert len(groups) == 2
-        assert all(g["lr"] == 1e-3 and g["lr_scale"] == 1.0 for g in groups)
+        assert all(g["lr"] == 1e-3 and "lr_scale" not in g for g in groups)
 
 
 def test_named_no_weight_decay_parameters_get_zero():
@@ -97,7 +97,10 @@ def test_named_no_weight_decay_parameters_get_zero():
     assert found[id(model.layers[0].blocks[0].attn.qkv.weight)]["weight_decay"] == 0.1
 
 
-def test_no_weight_decay_names_norms_biases_tables_and_v2_parameters():
+def test_no_weight_decay_names_tables_and_v2_parameters():
+    """The official no_weight_decay() and keywords (absolute_pos_embed, tables, V2's logit_scale and cpb_mlp), as
+    timm's Swin names them; 1-D parameters are the optimizer's rule (they were named too, so timm's
+    filter_bias_and_bn=False left norms and biases undecayed where timm's own model decays them)."""
     model = tiny_classifier(ape=True)
     attn = model.layers[1].blocks[0].attn
     # Swin-V2's names, attached to a V1 model: the continuous position bias MLP and the attention scale.
@@ -105,11 +108,10 @@ def test_no_weight_decay_names_norms_biases_tables_and_v2_parameters():
     attn.logit_scale = nn.Parameter(torch.zeros(attn.num_heads, 1, 1))
     names = model.no_weight_decay()
     params = dict(model.named_parameters())
-    expected = {n for n, p in params.items() if id(p) in {k for k, v in expected_decay(model).items() if not v}}
-    expected |= {n for n in params if ".cpb_mlp." in n}  # its Linear weights too, as V2's keyword rule
-    assert names == expected
+    expected = {n for n in params if n.endswith(("relative_position_bias_table", "logit_scale")) or ".cpb_mlp." in n}
+    assert names == expected | {"absolute_pos_embed"}
     assert "layers.1.blocks.0.attn.logit_scale" in names and "layers.1.blocks.0.attn.cpb_mlp.2.weight" in names
-    assert "absolute_pos_embed" in names and "head.weight" not in names and "norm.weight" in names
+    assert "head.weight" not in names and "norm.weight" not in names
     found = group_of(swin.param_groups(model, weight_decay=0.05))
     assert found[id(attn.cpb_mlp[0].weight)]["weight_decay"] == 0.0
     assert found[id(attn.logit_scale)]["weight_decay"] == 0.0
@@ -139,7 +141,10 @@ def test_layer_decay_follows_block_depth(build):
     for name, p in model.named_parameters():
         assert found[id(p)]["layer_id"] == layer[id(p)], name
         assert found[id(p)]["lr"] == pytest.approx(lr * decay_rate ** (top - layer[id(p)]), rel=1e-12), name
-        assert found[id(p)]["lr_scale"] == pytest.approx(decay_rate ** (top - layer[id(p)]), rel=1e-12)
+        assert "lr_scale" not in found[id(p)]  # in lr already: timm's schedulers would apply it again
+    scaled = group_of(swin.param_groups(model, weight_decay=0.05, layer_decay=decay_rate))  # for timm's schedulers
+    for p in model.parameters():
+        assert scaled[id(p)]["lr_scale"] == pytest.approx(decay_rate ** (top - layer[id(p)]), rel=1e-12)
     rates = [g["lr"] for g in groups]
     patch = found[id(model.patch_embed.proj.weight)]["lr"]
     assert patch == min(rates) == pytest.approx(lr * decay_rate**top)
@@ -275,3 +280,37 @@ def test_layer_decay_of_a_timm_swin_points_to_timm():
     model = timm.create_model("swin_tiny_patch4_window7_224", depths=(1, 1, 1, 1), embed_dim=16, num_heads=(1, 2, 4, 8))
     with pytest.raises(ValueError, match=r"timm\.models\.swin_transformer\.SwinTransformer.*create_optimizer_v2"):
         swin.param_groups(model, layer_decay=0.9)
+
+
+def test_timms_scheduler_on_groups_with_lr_applies_the_layer_scale_once():
+    """Groups made with lr= under timm's cosine scheduler: each group's rate is timm's own optimizer's for that
+    parameter (create_optimizer_v2 with the same layer decay; its groups follow timm's layer numbering, so the
+    comparison is at the patch embedding and the head, which both number alike). The scale was applied twice
+    (the patch embedding at 3.2e-5 against timm's 1.8e-4)."""
+    from timm.optim import create_optimizer_v2
+    from timm.scheduler import CosineLRScheduler
+
+    model = tiny_classifier()
+    ours = torch.optim.AdamW(swin.param_groups(model, weight_decay=0.05, layer_decay=0.75, lr=1e-3))
+    theirs = create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05, layer_decay=0.75)
+    for optimizer in (ours, theirs):
+        CosineLRScheduler(optimizer, t_initial=10).step(3)
+    for p in (model.patch_embed.proj.weight, model.head.weight):
+        assert group_of(ours.param_groups)[id(p)]["lr"] == pytest.approx(group_of(theirs.param_groups)[id(p)]["lr"])
+
+
+def test_timms_optimizer_without_its_1d_filter_decays_norms_as_on_timms_model():
+    """create_optimizer_v2(filter_bias_and_bn=False) decays norms and biases on timm's Swin; on ours too (our
+    no_weight_decay() named every 1-D parameter, so they stayed undecayed)."""
+    import timm
+    from timm.optim import create_optimizer_v2
+
+    ours = tiny_classifier()
+    theirs = timm.create_model(
+        "swin_tiny_patch4_window7_224", embed_dim=TINY["embed_dim"], depths=TINY["depths"], num_heads=TINY["num_heads"]
+    )
+    for model, norm in ((ours, ours.norm.weight), (theirs, theirs.norm.weight)):
+        groups = group_of(
+            create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05, filter_bias_and_bn=False).param_groups
+        )
+        assert groups[id(norm)]["weight_decay"] == 0.05, type(model).__module__
