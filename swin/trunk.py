@@ -37,6 +37,9 @@ class SwinTrunk(nn.Module):
             has no patch merging.
     """
 
+    # timm's attribute for the layout of forward_features and features: NCHW here, where timm's Swin gives NHWC
+    output_fmt = "NCHW"
+
     def __init__(self, config: SwinConfig, semantics: str = "classification", num_stages: int | None = None):
         super().__init__()
         rules = get_semantics(semantics)

@@ -25,6 +25,7 @@ def test_forward_features_and_head(tiny):
     with torch.no_grad():
         features = tiny.forward_features(x)
         assert features.shape == (1, 768, 7, 7)
+        assert tiny.output_fmt == "NCHW"  # timm's attribute, saying so (timm's Swin: NHWC)
         assert torch.allclose(tiny.forward_head(features), tiny(x))
         assert tiny.forward_head(features, pre_logits=True).shape == (1, 768)
 
