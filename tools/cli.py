@@ -103,16 +103,24 @@ def _register_model_files(paths: list[str]) -> None:
         return
     import yaml
 
-    from ..registry import register_model
+    from ..registry import get_config, list_models, register_model
 
     for path in [*from_env, *paths]:
         origin = f"${MODELS_ENV}" if path in from_env else "--models-file"
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{origin}: {path} is not a file; give the path of a YAML file of architectures")
+        before = {name: get_config(name) for name in list_models()}
         try:
-            register_model(path, overwrite=True)
+            names = register_model(path, overwrite=True)
         except yaml.YAMLError as error:  # the user's file, not our failure: say where it breaks
             raise ValueError(f"{origin} {path}: not valid YAML {_yaml_problem(error)}; fix the file") from None
+        changed = [name for name in names if name in before and get_config(name) != before[name]]
+        if changed:  # allowed (a file may mean to), but never unnoticed: every command now builds the file's
+            print(
+                f"swin: {origin} {path} redefines {', '.join(changed)}, registered before with other fields; the "
+                "commands use the file's definition",
+                file=sys.stderr,
+            )
 
 
 def _yaml_problem(error: Exception) -> str:

@@ -78,3 +78,24 @@ def test_an_interrupt_while_the_command_loads_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert main(["flops", "swin_t"]) == 130
     assert capsys.readouterr().err.strip() == "swin flops: interrupted"
+
+
+def test_a_models_file_redefining_a_registered_name_says_so(tmp_path, capsys, monkeypatch):
+    """A models file may redefine a registered name (the commands then build its definition), but not unnoticed:
+    one line on stderr (it replaced swin_t silently). The same definition again says nothing."""
+    import swin
+    from swin.registry import lookup
+
+    swin.list_models()  # the bundled entries, before the copies the test works on
+    monkeypatch.setattr(lookup, "_configs", dict(lookup._configs))
+    monkeypatch.setattr(lookup, "_aliases", dict(lookup._aliases))
+    path = tmp_path / "models.yaml"
+    path.write_text("swin_t:\n  embed_dim: 64\n  depths: [1, 1, 1, 1]\n  num_heads: [1, 2, 4, 8]\n")
+    assert main(["--models-file", str(path), "info", "swin_t"]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"swin: --models-file {path} redefines swin_t, registered before with other fields; the commands use the "
+        "file's definition"
+    )
+    assert main(["--models-file", str(path), "info", "swin_t"]) == 0
+    assert capsys.readouterr().err == ""
