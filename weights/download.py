@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
 import hashlib
 import http.client
 import math
@@ -98,6 +99,24 @@ def _redact_pairs(text: str) -> str:
         key, sep, value = pair.partition("=")
         pairs.append(f"{key}=***" if sep and value and _SECRET_KEY.search(urllib.parse.unquote(key)) else pair)
     return "&".join(pairs)
+
+
+# A URL, or any word with a query string (an error's text may quote a request's path and query without its host).
+_URLISH = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+|[^\s'\"<>]*\?[^\s'\"<>]+")
+
+
+def scrub(text: str) -> str:
+    """``text`` (an exception's message) with every URL in it redacted (:func:`redact`), and the token-like values
+    of any query string it quotes without a host: what a message or a log may show."""
+
+    def hide(match: re.Match) -> str:
+        found = match.group(0)
+        if "://" in found:
+            return redact(found)
+        path, _, query = found.partition("?")
+        return f"{path}?{_redact_pairs(query)}"
+
+    return _URLISH.sub(hide, text)
 
 
 def redact(url: str) -> str:
@@ -199,6 +218,14 @@ def check_digest(what: str, hexdigest: str, *, sha256: str | None = None, sha256
         raise DownloadError(
             f"{what}: sha256 {hexdigest} does not start with {sha256_prefix.lower()}, the expected prefix"
         )
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask, read once (by setting it and setting it back: there is no other way to read it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def sweep_stale_parts(directory: str | os.PathLike, *, keep: str | os.PathLike | None = None) -> list[Path]:
@@ -397,13 +424,22 @@ def _open(url: str, shown: str, headers: Mapping[str, str] | None, watch: _Watch
         request = urllib.request.Request(current, headers=send)
         try:
             return opener.open(request, timeout=max(0.001, min(read_timeout, watch.remaining())))
+        except ValueError as error:  # a URL (or a redirect's Location) no parser takes: this source failed
+            raise DownloadError(
+                f"{shown}: a malformed location in the request or a redirect ({scrub(str(error))})"
+            ) from None
         except urllib.error.HTTPError as error:
             location = error.headers.get("Location") if error.code in _REDIRECT_CODES else None
             error.close()
             if not location:
                 where = "" if current == first else f" (redirected to {redact(current)})"
                 raise DownloadError(f"{shown}: HTTP {error.code} {error.reason}{where}") from None
-            target = strip_userinfo(urllib.parse.urljoin(current, location))
+            try:
+                target = strip_userinfo(urllib.parse.urljoin(current, location))
+            except ValueError:  # a Location no URL parser takes ("http://[::1/x"): this source failed
+                raise DownloadError(
+                    f"{shown}: HTTP {error.code} redirect to a malformed location {redact(location)!r}"
+                ) from None
             redirect_keeps_credentials(first, current, target)  # raises for a downgrade
             current = target
     raise DownloadError(f"{shown}: more than {MAX_REDIRECTS} redirects")
@@ -463,7 +499,7 @@ def _transfer(url, shown, out, dest, headers, *, timeout, max_bytes, read_timeou
         reason = getattr(error, "reason", None) or error
         if isinstance(reason, TimeoutError):
             reason = f"no data for {min(read_timeout, timeout):g} s"
-        raise DownloadError(f"{shown}: {reason}") from None
+        raise DownloadError(f"{shown}: {scrub(str(reason))}") from None
     finally:
         watch.stop()
     if expected is not None and received != expected:
@@ -540,6 +576,7 @@ def download(
         if check is not None:
             check(tmp)
         try:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: cached files get a new file's mode
             os.replace(tmp, dest)
         except OSError as error:
             raise _unwritable(shown, dest, error) from None

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from . import storage
-from .download import DownloadError, redact
+from .download import DownloadError, redact, scrub
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -24,6 +24,7 @@ __all__ = [
     "cache_dir",
     "check_revision",
     "endpoint",
+    "forget",
     "hub_file",
     "hub_url",
     "token",
@@ -74,6 +75,19 @@ def _missing(error: BaseException | None) -> bool:
     return False
 
 
+def forget(path: Path) -> None:
+    """Remove a file from the hub cache: the snapshot's entry and the blob it links to (a copy where the
+    cache has no links), so that the next request downloads it again. Best effort: what cannot be removed
+    stays (the caller reports the file's failure either way)."""
+    try:
+        blob = path.resolve()
+        path.unlink(missing_ok=True)
+        if blob != path:
+            blob.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def check_revision(revision: str) -> str:
     """``revision`` if it can only name a branch, tag, commit or ``refs/pr/N``; else a ValueError. The hub cache
     stores a revision's commit under ``refs/<revision>``: ``..`` or an absolute part there would write (and offline,
@@ -109,6 +123,7 @@ class _Silent:
 def _reason(error: BaseException) -> str:
     """One line: the library's message (its errors span several lines), and the error behind it if any."""
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    text = scrub(text)  # the library quotes the URLs it tried: a CDN's signed one too
     text = text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS] + "..."
     cause = error.__cause__
     return f"{type(error).__name__}: {text}" + (f" (because of {_reason(cause)})" if cause is not None else "")

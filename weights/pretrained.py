@@ -32,6 +32,7 @@ from .download import (
     file_sha256,
     probe_destination,
     redact,
+    sweep_stale_parts,
 )
 from .manifest import PretrainedEntry, Source
 
@@ -127,13 +128,19 @@ def _check_fits(state: dict[str, Any], model: nn.Module, origin: str, name: str)
 def _hub_accept(source: Source, found: Path, link: Path, model: nn.Module | None, name: str) -> Path:
     """Check a file of the hub cache as a download would be; on success link it into our cache."""
     shown = f"{redact(source.resolve_url())} (in the Hugging Face cache: {found})"
-    if source.size is not None and found.stat().st_size != source.size:
-        raise DownloadError(f"{shown}: {found.stat().st_size} bytes, the manifest expects {source.size}")
-    digest = None
-    if source.sha256 or source.sha256_prefix:
-        digest = file_sha256(found)
-        check_digest(shown, digest, sha256=source.sha256, sha256_prefix=source.sha256_prefix)
-    _checker(shown, model, name)(found)
+    try:
+        if source.size is not None and found.stat().st_size != source.size:
+            raise DownloadError(f"{shown}: {found.stat().st_size} bytes, the manifest expects {source.size}")
+        digest = None
+        if source.sha256 or source.sha256_prefix:
+            digest = file_sha256(found)
+            check_digest(shown, digest, sha256=source.sha256, sha256_prefix=source.sha256_prefix)
+        _checker(shown, model, name)(found)
+    except (DownloadError, *CHECK_ERRORS):
+        # Not kept in the shared cache, where the next call (timm's and transformers' too) would take it
+        # again without a request: removed, so that the next try downloads it afresh.
+        hub.forget(found)
+        raise
     linked = storage.link_verified(found, link)
     if digest is not None and linked == link:  # the next use need not hash it again (never in the hub's cache)
         storage.record_digest(linked, digest)
@@ -166,6 +173,7 @@ def fetch(
     """
     cached = entry.cached_file()
     if cached is not None:
+        sweep_stale_parts(Path(cached).parent)  # a killed download's part beside it: no later download sweeps it
         return Path(cached)
     paths = [Path(entry.cache_path(s)) for s in entry.sources]
     model = model_for(entry) if model_for is not None else None
@@ -179,9 +187,10 @@ def fetch(
             found = hub.hub_file(source.hf_hub, source.filename, revision=source.revision, local_only=True)
             if found is not None:
                 return _hub_accept(source, found, path, model, entry.name)
-        except (DownloadError, *CHECK_ERRORS) as error:
+        except (DownloadError, *CHECK_ERRORS) as error:  # the cached copy failed and is gone: downloaded afresh
             failures.append(_failure(redact(source.resolve_url()), error))
-            done.add(index)
+            if storage.offline():
+                done.add(index)
     stale = "".join(f"\nThe cached file at {line}; remove it." for line in entry.stale_files())
     if storage.offline():
         sources = "\n".join(f"  {s.describe()}" for s in entry.sources)
@@ -269,6 +278,7 @@ def fetch_url(
     prefix = digest if digest and len(digest) < 64 else None
     stale = ""
     if path.is_file():
+        sweep_stale_parts(path.parent)  # a killed download's part beside it: no later download would sweep it
         if digest is None:
             return path
         found = file_sha256(path)

@@ -571,3 +571,45 @@ def test_file_failing_the_checks_is_not_cached_and_the_next_source_is_used(
     with pytest.raises(CorruptCheckpointError, match=reason):  # a URL: the checkpoint error itself
         fetch_url(first, progress=False)
     assert cache_files(swin_home) == [path]
+
+
+def test_a_malformed_redirect_is_this_sources_failure(server, tmp_path):
+    """A Location no URL parser takes: a DownloadError (the next source is tried), not a ValueError that ended
+    the whole fetch."""
+    server.serve("/bad.pth", status=302, location="http://[::1/x.pth")
+    with pytest.raises(DownloadError, match="malformed location"):
+        download(server.url("/bad.pth"), tmp_path / "m.pth")
+    assert not (tmp_path / "m.pth").exists()
+
+
+def test_a_secret_in_a_request_the_library_refuses_is_not_shown(server, tmp_path):
+    """http.client's refusal quotes the request's path and query: the token there is redacted like the URL's."""
+    with pytest.raises(DownloadError) as error:
+        download(server.url("/a b.pth?token=SUPERSECRET"), tmp_path / "m.pth")
+    assert "SUPERSECRET" not in str(error.value) and "token=***" in str(error.value)
+
+
+def test_a_cached_file_has_a_new_files_mode(server, tmp_path):
+    """mkstemp makes 0600; the cached checkpoint gets what any new file gets (0666 less the umask), so a cache
+    shared between users or machines can be read (it could not)."""
+    body = safetensors_bytes(tiny_swin_state())
+    server.serve("/ok.safetensors", body)
+    mask = os.umask(0o022)
+    try:
+        path = download(server.url("/ok.safetensors"), tmp_path / "ok.safetensors")
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_killed_downloads_part_is_swept_when_the_file_is_used(server, swin_home):
+    """A .part left by a killed download beside a file cached since: swept when the cached file is used (no later
+    download into that folder would ever sweep it)."""
+    body = safetensors_bytes(tiny_swin_state())
+    url = server.serve("/swin.safetensors", body)
+    path = fetch_url(url)
+    part = path.parent / f".{path.name}.x1y2z3.part"
+    part.write_bytes(b"\0" * 1024)
+    old = time.time() - 3 * 24 * 3600
+    os.utime(part, (old, old))
+    assert fetch_url(url) == path and not part.exists()

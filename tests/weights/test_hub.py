@@ -104,11 +104,11 @@ def test_hub_file_failing_the_checks_falls_back_to_the_next_source(
     assert path.read_bytes() == swin_body and cache_files(swin_home) == [path]  # no link to the bad file
     assert server.requests == [RESOLVE, "/mirror/model.safetensors"]
 
-    # the bad file is now in the hub cache: reported from there, not downloaded again
+    # the bad file was not kept in the hub cache: the next call asks the hub again
     with pytest.raises(WeightsNotFoundError) as error:
         fetch(hub_entry("only_hub"), progress=False)
-    assert "non-finite weights" in str(error.value) and "in the Hugging Face cache" in str(error.value)
-    assert server.requests == [RESOLVE, "/mirror/model.safetensors"]
+    assert "non-finite weights" in str(error.value)
+    assert server.requests == [RESOLVE, "/mirror/model.safetensors", RESOLVE]
 
 
 def test_manifest_sha256_is_checked_for_hub_files(server, monkeypatch, swin_home, hub_entry, swin_body):
@@ -135,3 +135,32 @@ def test_environment_is_read_at_call_time(monkeypatch, tmp_path):
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     assert hub.cache_dir() == str(tmp_path / "hf_home" / "hub")
+
+
+def test_a_hub_file_that_fails_the_checks_is_not_kept_in_the_hub_cache(server, monkeypatch, entries, swin_home):
+    """A hub file that fails the checks (here NaN weights) is removed from huggingface_hub's shared cache, where
+    the next call, timm's and transformers' too, took it again without a request; the next call downloads it
+    afresh and, the hub fixed, gets the good file."""
+    repo, resolve = "someone/tiny-swin", "/someone/tiny-swin/resolve/main/model.safetensors"
+    bad, good = safetensors_bytes(tiny_swin_state(nan=True)), safetensors_bytes(tiny_swin_state())
+    server.serve(resolve, bad, headers=hub_headers(bad))
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    entry = entries("hub2", {"hf_hub": repo, "filename": "model.safetensors"})
+    with pytest.raises(WeightsNotFoundError, match="non-finite"):
+        fetch(entry, progress=False)
+    hub_cache = swin_home.parent / "hf_hub"
+    assert hub_cache.is_dir() and not [p for p in hub_cache.rglob("*") if p.is_file() and p.stat().st_size == len(bad)]
+    server.serve(resolve, good, headers=hub_headers(good))
+    path = fetch(entry, progress=False)
+    assert path.read_bytes() == good
+
+
+def test_a_signed_cdn_url_is_not_shown(server, other_server, monkeypatch, hub_entry, swin_body):
+    """huggingface_hub's error quotes the CDN URL it was sent to, signature and all: redacted in the message."""
+    signed = "/blob/model?X-Amz-Signature=CDNSECRET&Expires=1"
+    other_server.serve(signed, b"denied", status=403)
+    server.serve(RESOLVE, status=302, location=other_server.url(signed), headers=hub_headers(swin_body))
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    with pytest.raises(WeightsNotFoundError) as error:
+        fetch(hub_entry("signed"), progress=False)
+    assert "CDNSECRET" not in str(error.value)
