@@ -101,7 +101,7 @@ def _build(rebuild: bool = False) -> str:
     key = hashlib.sha256(source + " ".join(_FLAGS).encode() + version).hexdigest()[:16]
     name = f"window_attention_{key}.so"
     path = os.path.join(_cache_dir(), name)
-    if os.path.isfile(path) and not rebuild:
+    if os.path.isfile(path) and not rebuild and _intact(path):
         return path
     try:
         return _compile(compiler, source, path)
@@ -130,23 +130,50 @@ def _compile(compiler: list[str], source: bytes, path: str) -> str:
             raise RuntimeError(f"{' '.join(compiler)} exited without error but wrote no library")
         with open(out, "rb") as f:
             os.fsync(f.fileno())  # on disk before it has its name: a crash cannot leave a named, truncated file
+        digest = os.path.join(work, "digest")
+        with open(digest, "w") as f:
+            f.write(_sha256(out))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(out, path)  # the finished library appears at once, or not at all
-    for stale in glob.glob(os.path.join(directory, "window_attention_*.so")):  # other sources' or compilers'
-        if stale != path:
+        os.replace(digest, path + _DIGEST)  # and then what it must hash to (see _intact)
+    stale = glob.glob(os.path.join(directory, "window_attention_*.so"))  # other sources' or compilers'
+    for old in [*stale, *(name + _DIGEST for name in stale)]:
+        if old not in (path, path + _DIGEST):
             with contextlib.suppress(OSError):
-                os.remove(stale)  # a process that has it loaded keeps its mapping
+                os.remove(old)  # a process that has it loaded keeps its mapping
     _LOG.info("swin: built the fused window-attention kernel in %.1f s: %s", time.perf_counter() - start, path)
     return path
 
 
-def _load() -> ctypes.CDLL:
-    """The library, built if needed; a cached file that does not load (damaged on disk) is built again once."""
+# Beside each library: the sha256 it was written with. A library cut short by a copy or a full disk maps pages
+# past the end of its file, and the first call into it kills the process (SIGBUS): it is checked before loading.
+_DIGEST = ".sha256"
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _intact(path: str) -> bool:
+    """Whether the cached library is the file its build wrote (its recorded sha256; none recorded: not known)."""
+    try:
+        with open(path + _DIGEST) as f:
+            return f.read().strip() == _sha256(path)
+    except OSError:
+        return False
+
+
+def _load() -> ctypes._CFuncPtr:
+    """The kernel's function, built if needed; a cached library that does not load or lacks it (damaged, or
+    another file at its name) is built again once."""
     path = _build()
     try:
-        return ctypes.CDLL(path)
-    except OSError:
+        return getattr(ctypes.CDLL(path), _SYMBOL)
+    except (OSError, AttributeError):
         _LOG.warning("swin: the cached fused-attention kernel %s does not load; building it again", path)
-        return ctypes.CDLL(_build(rebuild=True))
+        return getattr(ctypes.CDLL(_build(rebuild=True)), _SYMBOL)
 
 
 def available() -> bool:
@@ -160,8 +187,7 @@ def available() -> bool:
     with _LOCK:
         if _function is None and _failed is None:
             try:
-                library = _load()
-                function = getattr(library, _SYMBOL)
+                function = _load()
             except (OSError, RuntimeError, AttributeError, subprocess.SubprocessError) as error:
                 _failed = str(error)
                 warnings.warn(
@@ -182,12 +208,15 @@ def available() -> bool:
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float) -> bool:
     """Whether this call is one the kernel computes: bfloat16 (B, nW, heads, N, d) q, k, v on CPU, d a
-    multiple of 32 up to 128, N up to 256, no dropout."""
+    multiple of 32 up to 128, N up to 256, no dropout; not a negated view (``torch._neg_view``: the kernel reads
+    the memory, which holds the values before negation)."""
     head_dim, tokens = q.shape[-1], q.shape[-2]
     return (
         not dropout
         and q.device.type == "cpu"
         and all(t.dtype == torch.bfloat16 for t in (q, k, v))
+        # (traced tensors are never such views, and asking would break the graph)
+        and (torch.compiler.is_compiling() or not any(t.is_neg() or t.is_conj() for t in (q, k, v)))
         and head_dim % 32 == 0
         and 32 <= head_dim <= 128
         and 1 <= tokens <= _MAX_TOKENS
