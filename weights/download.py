@@ -566,9 +566,13 @@ def download(
                     read_timeout=read_timeout,
                     progress=progress,
                 )
+                out.flush()
+                # on disk before it has its name: after a power loss the name holds the whole file or nothing,
+                # never zeroed pages that a recorded digest would vouch for
+                os.fsync(out.fileno())
         except DownloadError:
             raise
-        except OSError as error:  # from close: the last buffered bytes meet the full disk there
+        except OSError as error:  # from flush, fsync or close: the last buffered bytes meet the full disk there
             raise _unwritable(shown, dest, error) from None
         if size is not None and received != size:
             raise DownloadError(f"{shown}: received {received} bytes, the manifest expects {size}")

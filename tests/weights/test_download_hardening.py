@@ -613,3 +613,18 @@ def test_a_killed_downloads_part_is_swept_when_the_file_is_used(server, swin_hom
     old = time.time() - 3 * 24 * 3600
     os.utime(part, (old, old))
     assert fetch_url(url) == path and not part.exists()
+
+
+def test_a_download_is_on_disk_before_it_has_its_name(server, tmp_path, monkeypatch):
+    """fsync of the part file before the rename: after a power loss the cached name holds the whole file or
+    nothing (it could hold zeroed pages of the right size, which a recorded digest then vouched for)."""
+    import swin.weights.download as module
+
+    body = safetensors_bytes(tiny_swin_state())
+    server.serve("/ok.safetensors", body)
+    events = []
+    fsync, replace = os.fsync, os.replace
+    monkeypatch.setattr(module.os, "fsync", lambda fd: events.append(("fsync", os.fstat(fd).st_size)) or fsync(fd))
+    monkeypatch.setattr(module.os, "replace", lambda a, b: events.append(("replace", Path(b).name)) or replace(a, b))
+    download(server.url("/ok.safetensors"), tmp_path / "ok.safetensors")
+    assert events == [("fsync", len(body)), ("replace", "ok.safetensors")]
