@@ -237,10 +237,10 @@ class _OneDNNLinear(TorchFunctionMode):
 
 
 def _applies(x: torch.Tensor) -> bool:
-    # A torch-function mode of the user's would sit below ours and never see F.linear: none may be active. A
-    # replaced torch.nn.functional function would run twice: a Python one (F.layer_norm) hands our mode the
-    # name it finds in torch.nn.functional, the user's function, which our mode would call again.
-    from .execution import functional_patched, users_code_around
+    # users_code_around: a torch-function mode of the user's would sit below ours and never see F.linear, and a
+    # replaced torch.nn.functional function would run twice (a Python one, F.layer_norm, hands our mode the name
+    # it finds in torch.nn.functional, the user's function, which our mode would call again).
+    from .execution import users_code_around
 
     return (
         _INTROSPECTION
@@ -248,7 +248,6 @@ def _applies(x: torch.Tensor) -> bool:
         and x.dtype == torch.float32
         and _unobserved()
         and not users_code_around()
-        and not functional_patched()
         and onednn_pays()
     )
 
