@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import torch
 
-from . import pickle_shape, safetensors_header, size_limits
+from . import legacy_pickle, pickle_shape, safetensors_header, size_limits
 
 __all__ = [
     "AS_DICT_GLOBALS",
@@ -160,12 +160,40 @@ def _zip_record(path: str, name: str) -> bytes:
 
 def _check_old_pickle(path: str) -> None:
     """Size, and the object graph of each pickle in torch's old format (magic number, protocol, system
-    info, the object, storage keys; tensor data follows), or of a plain pickle."""
-    _check_size(path)
+    info, the object, storage keys; tensor data follows), or of a plain pickle; then the storages the
+    object claims against the data that follows (torch.load allocates a claim before reading its data)."""
+    size = _check_size(path)
     with open(path, "rb") as handle:
         for _ in range(5):
             if not _scan_shape(path, handle):
                 break
+    with open(path, "rb") as handle:
+        try:
+            claims = legacy_pickle.read_claims(handle)
+        except (IndexError, KeyError) as error:  # the shape scan has refused those already
+            raise _unreadable(path, error) from None
+    if claims is not None:
+        _check_claims(path, claims, size)
+
+
+def _check_claims(path: str, claims: legacy_pickle.Claims, size: int) -> None:
+    claimed = sum(claims.storages.values())
+    follows = size - claims.data_offset
+    if claimed > follows:
+        raise CorruptCheckpointError(
+            f"{path}: its pickle claims {size_limits.format_bytes(claimed)} of tensor data, but only "
+            f"{size_limits.format_bytes(follows)} follow it (an old-format torch.save file, truncated or made "
+            "to exhaust memory). Nothing was allocated for it."
+        )
+    if claims.stored_keys is None:
+        return  # torch.load refuses a key list that is not a list, before reading data
+    stored = {key for key in claims.stored_keys if isinstance(key, (str, bytes, int))}
+    unstored = [key for key in claims.storages if key not in stored]
+    if unstored:
+        raise CorruptCheckpointError(
+            f"{path}: its pickle names {len(unstored)} storage(s) whose data the file does not hold (first: "
+            f"{unstored[0]!r}); torch.load would hand them out as uninitialized memory. The file is corrupt."
+        )
 
 
 def _scan_shape(path: str, stream: IO[bytes]) -> bool:

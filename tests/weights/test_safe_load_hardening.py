@@ -599,3 +599,76 @@ def test_tensors_sharing_storage_count_towards_the_bound(tmp_path, monkeypatch):
     assert "40.0 MiB" in message and "16.0 MiB" in message and f"{ENV}=" in message
     monkeypatch.setenv(ENV, "64M")
     assert len(load_file(path)) == 10
+
+
+# ---------------------------------------------------------------------------------------------------------
+# torch's old (non-zip) format: storages are allocated as the pickle names them, before their data is read
+
+
+def old_style_with_storages(claims: dict[str, int], stored: dict[str, bytes]) -> bytes:
+    """An old-format file by hand: its object pickle names float32 storages ``key: numel`` (one tensor each),
+    its key list and data hold only ``stored``."""
+
+    class Claiming(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, (torch.storage.TypedStorage, torch.UntypedStorage)):
+                key = next(pending)
+                return ("storage", torch.FloatStorage, key, "cpu", claims[key], None)
+            return None
+
+    pending = iter(claims)
+    objects = io.BytesIO()
+    # each tensor covers its storage, up to 16 elements (a claim of gigabytes must not be made here)
+    Claiming(objects, protocol=2).dump({key: torch.zeros(min(numel, 16)) for key, numel in claims.items()})
+    header = [0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True, "type_sizes": {}}]
+    parts = [pickle.dumps(part, protocol=2) for part in header] + [objects.getvalue()]
+    parts.append(pickle.dumps(list(stored), protocol=2))
+    parts += [struct.pack("<q", len(data) // 4) + data for data in stored.values()]
+    return b"".join(parts)
+
+
+def test_old_format_file_claiming_gigabytes_is_refused_before_anything_is_allocated(tmp_path):
+    """A 300-byte file whose pickle names a 6 GiB storage: torch.load allocated the 6 GiB as it unpickled,
+    before finding no data for it."""
+    path = tmp_path / "claims.pth"
+    path.write_bytes(old_style_with_storages({"k0": 3 * 2**29}, {}))
+    assert os.path.getsize(path) < 1024
+    message = both_refuse(path)
+    assert "6.0 GiB" in message and "0 bytes follow" in message
+    objects_end = len(old_style_with_storages({"k0": 3 * 2**29}, {})) - len(pickle.dumps([], protocol=2))
+    path.write_bytes(old_style_with_storages({"k0": 3 * 2**29}, {})[: objects_end - 1])  # cut before its STOP
+    assert "6.0 GiB" in both_refuse(path)
+
+
+def test_old_format_storage_without_data_is_refused_not_loaded_as_uninitialized_memory(tmp_path):
+    """torch.load fills only the storages its key list names; one it leaves out came back as whatever memory
+    it was given, with no error."""
+    data = struct.pack("<3f", 1.0, 2.0, 3.0)
+    path = tmp_path / "unstored.pth"
+    path.write_bytes(old_style_with_storages({"k0": 3, "k1": 1}, {"k0": data}))
+    message = both_refuse(path)
+    assert "'k1'" in message and "uninitialized" in message
+    path.write_bytes(old_style_with_storages({"k0": 3}, {"k0": data}))  # the same file, complete: it loads
+    assert load_file(path)["k0"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_old_format_files_torch_writes_load_as_torch_loads_them(tmp_path):
+    """Shared storages (counted once), views, several dtypes, an empty tensor: what torch.load itself gives."""
+    base = torch.arange(12.0).reshape(3, 4)
+    saved = {
+        "a": base,
+        "slice": base[1:],
+        "t": base.t(),
+        "half": torch.ones(5, dtype=torch.float16),
+        "long": torch.arange(3),
+        "empty": torch.zeros(0),
+        "nested": {"bf16": torch.full((2, 2), 0.5, dtype=torch.bfloat16)},
+    }
+    path = tmp_path / "old.pth"
+    path.write_bytes(_old_style_torch_save(saved))
+    loaded = load_file(path)
+    expected = torch.load(path, weights_only=True)
+    assert loaded.keys() == expected.keys() == saved.keys()
+    for key in ("a", "slice", "t", "half", "long", "empty"):
+        assert loaded[key].dtype == expected[key].dtype and torch.equal(loaded[key], expected[key])
+    assert torch.equal(loaded["nested"]["bf16"], expected["nested"]["bf16"])
