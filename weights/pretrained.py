@@ -21,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from ..registry import resolve_name
-from . import checks, hub, manifest, safe_load, storage
+from . import cache_lock, checks, hub, manifest, safe_load, storage
 from .adapt import fit_state_dict
 from .convert import convert, detect_layout, unwrap
 from .download import (
@@ -29,6 +29,7 @@ from .download import (
     DownloadError,
     check_digest,
     download,
+    download_timeout,
     file_sha256,
     probe_destination,
     redact,
@@ -206,6 +207,29 @@ def fetch(
             probe_destination(path, redact(source.resolve_url()))
     except DestinationError as error:
         raise storage.cache_dir_error(error) from None
+    wait = download_timeout(timeout)
+    try:  # every rank of a distributed job asks at once: one downloads, the others wait and take its file
+        with cache_lock.holding(storage.swin_home(), entry.name, entry.name, wait=wait, progress=progress):
+            cached = entry.cached_file()
+            if cached is not None:
+                return Path(cached)
+            return _download_first(entry, paths, done, failures, model, progress, timeout, max_bytes, stale)
+    except cache_lock.CacheBusy as error:
+        raise WeightsNotFoundError(f"{error}\n{_placement(paths)}") from None
+
+
+def _download_first(
+    entry: PretrainedEntry,
+    paths: list[Path],
+    done: set[int],
+    failures: list[str],
+    model: nn.Module | None,
+    progress: bool,
+    timeout: float | None,
+    max_bytes: int | None,
+    stale: str,
+) -> Path:
+    """The first of ``entry``'s sources (not in ``done``) that downloads and passes every check, cached."""
     for index, (source, path) in enumerate(zip(entry.sources, paths, strict=True)):
         if index in done:
             continue
@@ -290,17 +314,24 @@ def fetch_url(
             f"{redact(clean)} is not in the cache and offline mode is on (SWIN_OFFLINE / HF_HUB_OFFLINE).{stale}\n"
             + _placement([path])
         )
-    try:
-        return download(
-            clean,
-            path,
-            sha256=full,
-            sha256_prefix=prefix,
-            check=_checker(redact(clean)),
-            progress=_progress() if progress is None else progress,
-            timeout=timeout,
-            max_bytes=max_bytes,
-        )
+    progress = _progress() if progress is None else progress
+    wait = download_timeout(timeout)
+    try:  # a $SWIN_HOME that cannot be written is one error before the lock and any request
+        probe_destination(path, redact(clean))
+        # every rank of a distributed job asks at once: one downloads, the others wait and take its file
+        with cache_lock.holding(storage.swin_home(), str(path), redact(clean), wait=wait, progress=progress):
+            if path.is_file() and (digest is None or file_sha256(path).startswith(digest)):
+                return path  # another process downloaded it while this one waited
+            return download(
+                clean,
+                path,
+                sha256=full,
+                sha256_prefix=prefix,
+                check=_checker(redact(clean)),
+                progress=progress,
+                timeout=timeout,
+                max_bytes=max_bytes,
+            )
     except DestinationError as error:
         raise storage.cache_dir_error(error) from None
     except DownloadError as error:

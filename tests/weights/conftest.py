@@ -222,8 +222,11 @@ def safetensors_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
 
 
 def cache_files(home) -> list:
-    """Every file under the cache root, temporary ones included."""
-    return sorted(p for p in home.rglob("*") if p.is_file()) if home.exists() else []
+    """Every file under the cache root, temporary ones included; not the download locks (``.locks/``, files
+    that stay, as huggingface_hub's do: removing a lock file while another process waits on it is a race)."""
+    if not home.exists():
+        return []
+    return sorted(p for p in home.rglob("*") if p.is_file() and ".locks" not in p.relative_to(home).parts)
 
 
 @pytest.fixture(scope="module")

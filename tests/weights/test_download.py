@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import time
 
 import pytest
 import torch
@@ -102,7 +103,8 @@ def test_404_everywhere_names_every_source(server, entries, swin_home):
     assert f"{server.url('/b/swin_t.pth')}: HTTP 404" in message
     assert str(swin_home / "weights" / entry.name / "swin_t.pth") in message
     assert cache_files(swin_home) == []
-    assert not swin_home.exists()  # not even an empty directory is left
+    # not even an empty directory is left; only the download lock stays, as huggingface_hub's do
+    assert [p.relative_to(swin_home).parts[0] for p in swin_home.rglob("*")] == [".locks", ".locks"]
 
 
 def test_cut_off_transfer(server, swin_home, tmp_path):
@@ -249,3 +251,67 @@ def test_an_html_page_at_a_url_is_named_by_its_url(server, swin_home):
     with pytest.raises(Exception, match="not a checkpoint") as error:  # noqa: PT011 (its type: the loader's)
         swin.create_model("swin_t", depths=(1, 1, 1, 1), pretrained=url)
     assert url in str(error.value) and ".part" not in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize("given", ["url", "manifest entry"])
+def test_processes_asking_at_once_download_once(server, entries, swin_home, timm_reference, monkeypatch, given):
+    """Every rank of a distributed job asks for the checkpoint at the same moment: one downloads, the others
+    wait for its file (each downloaded the whole file before). Threads stand in for processes here: each call
+    takes its own OS file lock, as another process would."""
+    import threading
+
+    from swin.weights import pretrained
+
+    url = server.serve("/ddp/model.safetensors", timm_reference[0])
+    entry = entries("ddp", {"url": url})
+    real = pretrained.download
+
+    def slow_download(*args, **kwargs):  # a download long enough for the other callers to arrive
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pretrained, "download", slow_download)
+    results, errors = [], []
+
+    def rank():
+        try:
+            results.append(pretrained.fetch_url(url) if given == "url" else fetch(entry, progress=False))
+        except Exception as error:  # reported below, not lost in the thread
+            errors.append(error)
+
+    ranks = [threading.Thread(target=rank) for _ in range(3)]
+    for thread in ranks:
+        thread.start()
+    for thread in ranks:
+        thread.join(60)
+    assert errors == [] and len(results) == 3 and len(set(results)) == 1
+    assert server.requests == ["/ddp/model.safetensors"]
+    assert len(cache_files(swin_home)) == 1
+
+
+def test_waiting_for_another_process_is_bounded_by_the_download_deadline(
+    server, swin_home, timm_reference, monkeypatch
+):
+    """A caller whose deadline passes while another process still downloads gets an error that says so."""
+    import threading
+
+    from swin.weights import pretrained
+
+    url = server.serve("/busy/model.safetensors", timm_reference[0])
+    real, started = pretrained.download, threading.Event()
+
+    def slow_download(*args, **kwargs):
+        started.set()
+        time.sleep(3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pretrained, "download", slow_download)
+    first = threading.Thread(target=pretrained.fetch_url, args=(url,))
+    first.start()
+    assert started.wait(30)
+    with pytest.raises(WeightsNotFoundError, match="another process has been downloading it") as caught:
+        pretrained.fetch_url(url, timeout=0.5)
+    assert "SWIN_DOWNLOAD_TIMEOUT" in str(caught.value)
+    first.join(60)
+    assert pretrained.fetch_url(url, timeout=0.5).read_bytes() == timm_reference[0]  # the first one's file
+    assert server.requests == ["/busy/model.safetensors"]
