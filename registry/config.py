@@ -30,9 +30,12 @@ class SwinConfig:
         mlp_ratio: MLP hidden width over the block's width.
         qkv_bias: learn a bias in the q/k/v projections.
         num_classes: classifier outputs; 0 removes the head (the model then returns pooled features).
-        drop_rate: dropout after the patch embedding, the attention projection and both MLP layers (the
-            official ``drop_rate``), and before the head. timm's ``drop_rate`` is its head dropout alone, its
-            ``proj_drop_rate`` the rest: a timm recipe's ``--drop`` here drops in every block too.
+        drop_rate: dropout before the classifier head, as timm's ``drop_rate`` (its train.py ``--drop``).
+        proj_drop_rate: dropout after each block's attention projection and both MLP layers (timm's
+            ``proj_drop_rate``).
+        pos_drop_rate: dropout after the patch embedding (and the absolute position embedding), as timm names
+            it for its ViTs. The official code's one ``DROP_RATE`` is ``pos_drop_rate`` and
+            ``proj_drop_rate`` both at that value, with ``drop_rate`` 0: its head has no dropout.
         attn_drop_rate: dropout on attention probabilities.
         drop_path_rate: stochastic depth, rising linearly to this value over all blocks.
         ape: learn an absolute position embedding (no official checkpoint uses one).
@@ -55,6 +58,8 @@ class SwinConfig:
     qkv_bias: bool = True
     num_classes: int = 1000
     drop_rate: float = 0.0
+    proj_drop_rate: float = 0.0
+    pos_drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
     drop_path_rate: float = 0.1
     ape: bool = False
@@ -83,7 +88,7 @@ class SwinConfig:
             raise ValueError(
                 f"mlp_ratio must be positive (the MLP's hidden width over its input's), got {self.mlp_ratio}"
             )
-        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
+        for name in ("drop_rate", "proj_drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name} is a probability in [0, 1), got {getattr(self, name)}")
         for i, heads in enumerate(self.num_heads):

@@ -105,7 +105,7 @@ def create_model(
     Raises:
         KeyError: unknown name (the message lists the closest registered names).
         TypeError: an override that is not a config field, or of the wrong type; ``out_indices`` without
-            ``features_only``; timm's ``proj_drop_rate`` and ``output_fmt`` (the message says what to use).
+            ``features_only``; timm's ``output_fmt`` (the message says what to use).
         ValueError: a checkpoint of another architecture; a ``checkpoint_path`` whose head does not fit the
             model's (the message names both heads and what to pass); timm's ``dynamic_img_size=True``,
             ``strict_img_size=False`` and ``scriptable=True`` (the message says what to do instead).
@@ -208,9 +208,6 @@ def create_model(
 
 # timm's own options that these models do not take, with what to use instead.
 _REFUSED = {
-    "proj_drop_rate": "proj_drop_rate is timm's dropout inside the blocks, apart from its head dropout (drop_rate); "
-    "here drop_rate is the official one dropout after the patch embedding, in every block and before the head: "
-    "pass drop_rate",
     "output_fmt": "output_fmt is not an option of Swin models (timm's Swin refuses it too): features_only "
     "outputs are NCHW; forward_intermediates(x, output_fmt='NHWC') gives NHWC maps",
 }

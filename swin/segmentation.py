@@ -123,7 +123,7 @@ def _transformers_config(body: SwinBackbone, out_features: list[str]) -> Pretrai
         "window_size": c.window_size,
         "mlp_ratio": c.mlp_ratio,
         "qkv_bias": c.qkv_bias,
-        "hidden_dropout_prob": c.drop_rate,
+        "hidden_dropout_prob": c.proj_drop_rate,  # transformers: after the embeddings and the MLP
         "attention_probs_dropout_prob": c.attn_drop_rate,
         "drop_path_rate": c.drop_path_rate,
         "use_absolute_embeddings": c.ape,
@@ -437,7 +437,8 @@ def _backbone_from(described: Any) -> SwinBackbone:
         in_chans=described.num_channels,
         mlp_ratio=float(described.mlp_ratio),
         qkv_bias=described.qkv_bias,
-        drop_rate=described.hidden_dropout_prob,
+        pos_drop_rate=described.hidden_dropout_prob,
+        proj_drop_rate=described.hidden_dropout_prob,
         attn_drop_rate=described.attention_probs_dropout_prob,
         drop_path_rate=described.drop_path_rate,
     )

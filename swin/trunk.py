@@ -56,7 +56,7 @@ class SwinTrunk(nn.Module):
         self.absolute_pos_embed = (
             nn.Parameter(torch.zeros(1, grid[0] * grid[1], config.embed_dim)) if config.ape else None
         )
-        self.pos_drop = nn.Dropout(config.drop_rate)
+        self.pos_drop = nn.Dropout(config.pos_drop_rate)
 
         # Stochastic depth rises linearly over all blocks of the full model, as torch.linspace(0, rate, n).
         total = sum(depths)
@@ -77,7 +77,7 @@ class SwinTrunk(nn.Module):
                     windows[i],
                     config.mlp_ratio,
                     config.qkv_bias,
-                    config.drop_rate,
+                    config.proj_drop_rate,
                     config.attn_drop_rate,
                     rates[sum(depths[:i]) : sum(depths[: i + 1])],
                     semantics=rules.name,

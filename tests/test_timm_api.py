@@ -370,10 +370,30 @@ def test_timm_input_size_options():
     assert swin.create_model("swin_t", dynamic_img_size=0, strict_img_size=1, **SMALL).config == plain  # as timm
 
 
-@pytest.mark.parametrize(("option", "pattern"), [("proj_drop_rate", "pass drop_rate"), ("output_fmt", "NCHW")])
-def test_timm_options_swin_does_not_take_are_named(option, pattern):
-    with pytest.raises(TypeError, match=rf"{option}.*{pattern}"):
-        swin.create_model("swin_t", **{option: 0.1 if option == "proj_drop_rate" else "NHWC"})
+def test_output_fmt_is_refused_with_what_to_use():
+    with pytest.raises(TypeError, match=r"output_fmt.*NCHW"):
+        swin.create_model("swin_t", output_fmt="NHWC")
+
+
+@pytest.mark.parametrize("option", ["drop_rate", "proj_drop_rate", "attn_drop_rate"])
+def test_dropout_options_drop_where_timms_do(option):
+    """timm's train.py passes --drop as drop_rate, its head dropout alone; proj_drop_rate drops in the blocks.
+    The same option gives dropout at as many places as timm's, and a train-mode forward_features is random
+    exactly when timm's is (drop_rate dropped in every block here before)."""
+    kwargs = {option: 0.5, "drop_path_rate": 0.0}
+    ours, theirs = swin.create_model("swin_t", **kwargs).train(), timm.create_model(TIMM_T, **kwargs).train()
+
+    def active(model):
+        return sum(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+    assert active(ours) == active(theirs) > 0
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        for model in (ours, theirs):
+            torch.manual_seed(0)
+            first = model.forward_features(x)
+            torch.manual_seed(1)
+            assert torch.equal(first, model.forward_features(x)) == (option == "drop_rate"), type(model)
 
 
 def test_timm_train_script_options_are_taken():
