@@ -27,6 +27,7 @@ _MAX_NESTING = 8
 # never match; a DETR-style detector's transformer (encoder.layers.*) does.
 _TRUNK = re.compile(r"^(patch_embed|layers|stages|features|absolute_pos_embed|embeddings|encoder|swin)\.")
 _BACKBONE = "backbone."
+_AVERAGED_COUNT = "n_averaged"  # torch.optim.swa_utils.AveragedModel's buffer beside its module.* weights
 
 
 class Unwrapped(dict):
@@ -83,7 +84,9 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
     wrappers = _WRAPPERS if use_ema else tuple(k for k in _WRAPPERS if k not in _EMA_WRAPPERS)
     seen: set[int] = set()
     both = None
-    while isinstance(sd, Mapping) and not any(isinstance(v, torch.Tensor) for v in sd.values()):
+    # A wrapper key is followed wherever it holds a mapping, as timm's load_state_dict does: tensors beside it
+    # are a training script's metrics (torchvision's and PyTorch's ImageNet examples save best_acc1 as one).
+    while isinstance(sd, Mapping):
         inner = next((sd[k] for k in wrappers if isinstance(sd.get(k), Mapping)), None)
         if inner is None:
             break
@@ -106,12 +109,23 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
         raise ValueError(
             f"no tensors found in the checkpoint; its top-level keys are {sorted(map(str, sd))[:10]}{advice}"
         )
+    tensors = _without_averaged_model_count(tensors)
     for prefix in _PREFIXES:
         if all(isinstance(k, str) and k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
     unwrapped = _strip_backbone(tensors)
     unwrapped.ema_and_trained = both
     return unwrapped
+
+
+def _without_averaged_model_count(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights of a ``torch.optim.swa_utils.AveragedModel`` state dict (torchvision's EMA, whose training
+    recipe made its Swin weights, saves one as ``model_ema``): its ``module.`` keys without the count of
+    averages beside them, which is no weight."""
+    keys = [k for k in tensors if k != _AVERAGED_COUNT]
+    if _AVERAGED_COUNT in tensors and keys and all(isinstance(k, str) and k.startswith("module.") for k in keys):
+        return {k: tensors[k] for k in keys}
+    return tensors
 
 
 def detect_layout(keys) -> str:

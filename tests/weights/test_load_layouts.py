@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import swin
-from swin.weights import convert, detect_layout, export
+from swin.weights import convert, detect_layout, export, unwrap
 from tests.weights.conftest import safetensors_bytes, torch_bytes
 
 TOL = 1e-5
@@ -375,3 +375,28 @@ def test_an_ape_model_is_not_exported_to_timms_layout():
     with pytest.raises(ValueError, match="timm's Swin has no absolute position embedding"):
         export(state, "timm")
     assert "absolute_pos_embed" in export(state, "official")
+
+
+def test_training_checkpoints_of_torchvision_and_pytorch_examples(server, image):
+    """torchvision's classification recipe (which trained its Swin weights) saves {"model", "model_ema" (an
+    AveragedModel: module.* keys and n_averaged), "optimizer", "epoch", "args"}; PyTorch's ImageNet example
+    saves {"state_dict" (DDP: module.*), "best_acc1" (a tensor), ...}. Each loads the weights the reference
+    reads: the EMA by default and the trained ones with use_ema=False, as timm's load_state_dict."""
+    import torchvision
+    from torch.optim.swa_utils import AveragedModel
+
+    torch.manual_seed(0)
+    trained = torchvision.models.swin_t().eval()
+    ema = AveragedModel(torchvision.models.swin_t()).eval()
+    recipe = {"model": trained.state_dict(), "model_ema": ema.state_dict(), "epoch": 3, "args": {"lr": 0.5}}
+    recipe["optimizer"] = {"state": {}, "param_groups": [{"lr": 0.5, "params": [0, 1]}]}
+    example = {"epoch": 3, "arch": "swin_t", "best_acc1": torch.tensor(71.3), "optimizer": recipe["optimizer"]}
+    example["state_dict"] = {f"module.{k}": v for k, v in trained.state_dict().items()}
+    with torch.no_grad():
+        assert (
+            _max_diff(_load(server.serve("/tv/checkpoint.pth", torch_bytes(recipe)))(image), ema.module(image)) <= TOL
+        )
+        assert _max_diff(_load(unwrap(recipe, use_ema=False))(image), trained(image)) <= TOL
+        assert (
+            _max_diff(_load(server.serve("/pt/checkpoint.pth.tar", torch_bytes(example)))(image), trained(image)) <= TOL
+        )
