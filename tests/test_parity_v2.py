@@ -191,3 +191,28 @@ def test_initialisation_starts_post_norms_at_zero_as_timm():
         if ".norm1." in name or ".norm2." in name:
             assert torch.equal(parameter, mine[name]), name
     assert any(".norm1." in name and not bool(value.any()) for name, value in theirs.items())
+
+
+def test_below_the_built_size_the_window_is_kept_and_building_for_the_size_shrinks_it():
+    """README, semantics at unusual sizes: at 224 swinv2_t_w8's stage 4 is 7x7 against a window of 8. The
+    model built at 256 pads it up to one window, as timm's dynamic_img_size=True; built for 224 it shrinks the
+    window to 7, as timm built for 224 (the same weights: V2's bias is computed for any window)."""
+    import timm
+
+    reference, _ = _timm_pair("swinv2_t_w8")
+    with torch.no_grad():  # residual post-norms near 1, not near their initial 0: every block counts
+        for module in reference.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.8, 1.2, generator=torch.Generator().manual_seed(2))
+    weights = reference.state_dict()
+    ours = swin.create_model("swinv2_t_w8", pretrained=weights).eval()
+    dynamic = timm.create_model("swinv2_tiny_window8_256", dynamic_img_size=True).eval()
+    built = timm.create_model("swinv2_tiny_window8_256", img_size=224).eval()
+    dynamic.load_state_dict(weights)
+    built.load_state_dict(weights)
+    ours_224 = swin.create_model("swinv2_t_w8", img_size=224, pretrained=weights).eval()
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (ours(x) - dynamic(x)).abs().max().item() <= TOLERANCE
+        assert (ours_224(x) - built(x)).abs().max().item() <= TOLERANCE
+        assert (ours(x) - built(x)).abs().max().item() > 100 * TOLERANCE  # the two really differ here
