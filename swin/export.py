@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -318,6 +320,23 @@ def _finish(onnx_model, rule: str, metadata: dict[str, str]) -> None:
     onnx_model.metadata_props.update(metadata)
 
 
+# A logger whose warning the exporter triggers a dozen times per Swin graph, about attributes it writes itself
+# (an empty list of ints, written as ints): nothing a user can act on.
+_EXPORTER_NOISE = "onnx_ir._convenience"
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """Only errors from ``logger_name`` while the body runs."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def export_onnx(
     model: nn.Module,
     path: str | os.PathLike,
@@ -358,14 +377,16 @@ def export_onnx(
         outputs = [f"features{i}" for i in model.out_indices]
     else:
         outputs = ["logits"]
-    program = torch.onnx.export(
-        _Guarded(model, heights, widths).eval(),
-        (_example(model, (height, width), _example_batch(max_batch) if dynamic else max_batch),),
-        dynamo=True,
-        dynamic_shapes=_dynamic_shapes(max_batch, heights, widths) if dynamic else None,
-        input_names=["x"],
-        output_names=outputs,
-    )
+    with _quiet(_EXPORTER_NOISE):
+        program = torch.onnx.export(
+            _Guarded(model, heights, widths).eval(),
+            (_example(model, (height, width), _example_batch(max_batch) if dynamic else max_batch),),
+            dynamo=True,
+            verbose=False,  # torch's progress lines are no output of ours
+            dynamic_shapes=_dynamic_shapes(max_batch, heights, widths) if dynamic else None,
+            input_names=["x"],
+            output_names=outputs,
+        )
     (height_min, height_max), (width_min, width_max) = heights, widths
     if heights == widths:
         rule = f"height and width must be multiples of {SIZE_MULTIPLE} in {height_min}..{height_max}"

@@ -227,6 +227,8 @@ def _device(requested: str | None) -> torch.device:
         device = torch.device(requested or ("cuda" if torch.cuda.is_available() else "cpu"))
     except RuntimeError as error:
         raise ValueError(f"--device {requested}: not a device torch knows ({error}); use cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):  # mps, xpu, meta...: torch's own error came only after the data loaded
+        raise ValueError(f"--device {requested}: swin validate runs on cpu or cuda (cuda:N); use one of those")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"--device {requested}: torch sees no CUDA GPU on this machine; use --device cpu")

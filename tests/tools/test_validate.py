@@ -286,3 +286,14 @@ def test_bad_batch_size_and_workers_are_refused_by_the_parser(tmp_path, capsys, 
         main(["validate", "swin_t", "--data", str(tmp_path), option, value])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and f"argument {option}: takes a whole number of {expected}" in err
+
+
+@pytest.mark.parametrize("device", ["meta", "mps", "xpu"])
+def test_devices_it_does_not_run_on_are_refused_before_anything_loads(tmp_path, capsys, monkeypatch, device):
+    """Only the CUDA checks ran before: other device types failed in torch once the data had loaded."""
+    monkeypatch.setenv("SWIN_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    write_folder(tmp_path / "val", random_images(1), [0], str)
+    code, out, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--device", device)
+    assert code == 2 and out == ""
+    assert f"--device {device}: swin validate runs on cpu or cuda" in err
