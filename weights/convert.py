@@ -84,11 +84,12 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
     wrappers = _WRAPPERS if use_ema else tuple(k for k in _WRAPPERS if k not in _EMA_WRAPPERS)
     seen: set[int] = set()
     both = None
-    # A wrapper key is followed wherever it holds a mapping, as timm's load_state_dict does: tensors beside it
-    # are a training script's metrics (torchvision's and PyTorch's ImageNet examples save best_acc1 as one).
+    # A wrapper key is followed where it holds a mapping, as timm's load_state_dict does, even with tensors
+    # beside it (a training script's metrics: torchvision's and PyTorch's ImageNet examples save best_acc1 as
+    # one), as long as it leads to tensors: a metadata dict under "model" beside a flat state dict is no wrapper.
     while isinstance(sd, Mapping):
         inner = next((sd[k] for k in wrappers if isinstance(sd.get(k), Mapping)), None)
-        if inner is None:
+        if inner is None or (_holds_tensors(sd, ()) and not _holds_tensors(inner, wrappers)):
             break
         ema = next((k for k in _EMA_WRAPPERS if isinstance(sd.get(k), Mapping)), None)
         trained = next((k for k in _WRAPPERS if k not in _EMA_WRAPPERS and isinstance(sd.get(k), Mapping)), None)
@@ -116,6 +117,15 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
     unwrapped = _strip_backbone(tensors)
     unwrapped.ema_and_trained = both
     return unwrapped
+
+
+def _holds_tensors(mapping: Mapping, wrappers: tuple[str, ...], depth: int = 0) -> bool:
+    """Whether ``mapping`` has tensors among its values, or under the first of ``wrappers`` it has (the one
+    :func:`unwrap` would follow), within a few levels."""
+    if any(isinstance(v, torch.Tensor) for v in mapping.values()):
+        return True
+    inner = next((mapping[k] for k in wrappers if isinstance(mapping.get(k), Mapping)), None)
+    return inner is not None and depth < _MAX_NESTING and _holds_tensors(inner, wrappers, depth + 1)
 
 
 def _without_averaged_model_count(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -26,7 +26,8 @@ MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # the first pickle of torch's old format
 
 _OPAQUE = object()  # a value this reader does not keep (a dict, a rebuilt tensor...)
 _LITERALS = {"NONE": None, "NEWFALSE": False, "NEWTRUE": True}
-_NUMBERS_AND_STRINGS = frozenset("BININT BININT1 BININT2 BINFLOAT BINUNICODE SHORT_BINSTRING LONG1".split())
+_NUMBERS_AND_STRINGS = frozenset("BININT BININT1 BININT2 BINFLOAT BINUNICODE LONG1".split())
+_LARGEST_ELEMENT = 16  # bytes: complex128, the largest element a storage class has
 _SMALL_TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 
 
@@ -36,24 +37,33 @@ class _Global:
     name: str
 
 
+@dataclass(eq=False)
+class _Bytes:
+    """A SHORT_BINSTRING: pickletools reads its bytes as latin-1, torch's unpickler as utf-8, so two of them
+    are never taken for the same key here (each counts), unless the memo hands out the same one again."""
+
+    text: str
+
+
 @dataclass
 class Claims:
     """The storages the object pickle names (key: bytes it allocates) and the keys whose data follows."""
 
-    storages: dict[str, int]
+    storages: dict[Any, int]
     stored_keys: list[Any] | tuple[Any, ...] | None  # None: not a sequence, or the pickles end early
     data_offset: int  # where the storages' bytes begin
 
 
-def _element_size(storage_type: Any) -> int | None:
-    """Bytes per element of a legacy storage class such as ``torch.FloatStorage``; None if not one."""
-    if not isinstance(storage_type, _Global) or storage_type.module != "torch":
-        return None
-    if not storage_type.name.endswith("Storage"):
-        return None
-    cls = getattr(torch, storage_type.name, None)
-    dtype = getattr(cls, "_dtype", None)  # the legacy classes name theirs here (.dtype warns)
-    return torch._utils._element_size(dtype) if isinstance(dtype, torch.dtype) else None
+def _element_size(storage_type: Any) -> int:
+    """Bytes per element of a legacy storage class (``torch.FloatStorage``, ``torch.cuda.HalfStorage``: the
+    weights-only reader takes both, and allocates either on the CPU here); the largest for any other."""
+    modules = {"torch": torch, "torch.cuda": torch.cuda}
+    if isinstance(storage_type, _Global) and storage_type.module in modules and storage_type.name.endswith("Storage"):
+        cls = getattr(modules[storage_type.module], storage_type.name, None)
+        dtype = getattr(cls, "_dtype", None)  # the legacy classes name theirs here (.dtype warns)
+        if isinstance(dtype, torch.dtype):
+            return torch._utils._element_size(dtype)
+    return _LARGEST_ELEMENT
 
 
 class _Machine:
@@ -67,6 +77,8 @@ class _Machine:
         """Apply one opcode; False at STOP or at an opcode torch's weights-only reader refuses."""
         if name in _NUMBERS_AND_STRINGS:
             self.stack.append(arg)
+        elif name == "SHORT_BINSTRING":
+            self.stack.append(_Bytes(arg))
         elif name in _LITERALS:
             self.stack.append(_LITERALS[name])
         elif name == "GLOBAL":
@@ -110,13 +122,20 @@ class _Machine:
         return True
 
     def _claim(self, saved_id: Any) -> None:
-        if not (isinstance(saved_id, tuple) and len(saved_id) == 6 and saved_id[0] in ("storage", b"storage")):
+        """Count a ``('storage', class, key, location, numel, view)`` id as torch allocates it: once per key
+        (Python's dict equality, as torch's), whatever the class; ids torch fails on before allocating (another
+        shape, an unhashable key, a numel that is no integer) allocate nothing."""
+        if not (isinstance(saved_id, tuple) and len(saved_id) == 6):
             return
-        _, storage_type, key, _, numel, _ = saved_id
-        size = _element_size(storage_type)
-        if size is None or not isinstance(key, (str, bytes, int)) or type(numel) is not int:
-            return  # torch.load refuses it itself, before allocating
-        self.storages.setdefault(key, max(numel, 0) * size)  # the first claim for a key allocates
+        typename, storage_type, key, _, numel, _ = saved_id
+        if not (typename == "storage" or isinstance(typename, _Bytes) and typename.text == "storage"):
+            return
+        if type(numel) not in (int, bool):
+            return
+        try:
+            self.storages.setdefault(key, max(int(numel), 0) * _element_size(storage_type))
+        except TypeError:  # an unhashable key: torch's lookup of it fails too
+            return
 
     @staticmethod
     def _extend(target: Any, items: list[Any]) -> None:
@@ -142,7 +161,8 @@ def _run(stream: IO[bytes], machine: _Machine) -> tuple[bool, Any]:
     while True:
         try:
             opcode, arg, _ = next(opcodes)
-        except (StopIteration, ValueError):  # the bytes end, or are no opcode: torch.load stops there too
+        except (StopIteration, ValueError, MemoryError, OverflowError):  # the bytes end, are no opcode, or
+            # claim more than there is (pickletools reads an argument whole): torch.load stops there too
             return False, _OPAQUE
         if not machine.step(opcode.name, arg):
             if opcode.name != "STOP":

@@ -175,7 +175,9 @@ class _Scanner:
         while True:
             try:
                 opcode, arg, position = next(opcodes)
-            except (StopIteration, ValueError):  # ValueError: not a pickle opcode, or its argument is cut short
+            except (StopIteration, ValueError, MemoryError, OverflowError):
+                # ValueError: not a pickle opcode, or its argument cut short; MemoryError / OverflowError: an
+                # argument claiming more bytes than there is memory (pickletools asks for all of them at once)
                 return False
             try:
                 if not self.step(opcode.name, arg):

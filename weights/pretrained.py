@@ -207,7 +207,7 @@ def fetch(
             probe_destination(path, redact(source.resolve_url()))
     except DestinationError as error:
         raise storage.cache_dir_error(error) from None
-    wait = download_timeout(timeout)
+    wait = download_timeout(timeout) * len(entry.sources)  # the holder may try every source, each with a deadline
     try:  # every rank of a distributed job asks at once: one downloads, the others wait and take its file
         with cache_lock.holding(storage.swin_home(), entry.name, entry.name, wait=wait, progress=progress):
             cached = entry.cached_file()

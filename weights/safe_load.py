@@ -18,6 +18,7 @@ contain themselves or nest absurdly deep (:mod:`.pickle_shape`), which hang or c
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import os
 import pickle
@@ -187,7 +188,10 @@ def _check_claims(path: str, claims: legacy_pickle.Claims, size: int) -> None:
         )
     if claims.stored_keys is None:
         return  # torch.load refuses a key list that is not a list, before reading data
-    stored = {key for key in claims.stored_keys if isinstance(key, (str, bytes, int))}
+    stored = set()
+    for key in claims.stored_keys:
+        with contextlib.suppress(TypeError):  # an unhashable key names no storage (torch fails on it too)
+            stored.add(key)
     unstored = [key for key in claims.storages if key not in stored]
     if unstored:
         raise CorruptCheckpointError(

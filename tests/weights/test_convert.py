@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import swin
-from swin.weights import convert, detect_layout, export
+from swin.weights import convert, detect_layout, export, unwrap
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +175,11 @@ def test_saved_buffers_do_not_make_a_timm_checkpoint_official():
 )
 def test_detect_layout(key, layout):
     assert detect_layout([key]) == layout
+
+
+@pytest.mark.parametrize("beside", [{"model": {"arch": "swin_t"}}, {"state_dict": {"note": "x"}}, {"module": {}}])
+def test_a_metadata_dict_under_a_wrapper_name_beside_a_flat_state_dict_is_no_wrapper(beside):
+    """Wrapper keys are followed even with tensors beside them (training scripts' metrics), but only where
+    they lead to tensors: a flat state dict with a "model" dict of metadata loaded, and must still."""
+    flat = {"patch_embed.proj.weight": torch.zeros(1), "norm.weight": torch.ones(1)}
+    assert sorted(unwrap({**flat, **beside})) == sorted(flat)

@@ -605,21 +605,21 @@ def test_tensors_sharing_storage_count_towards_the_bound(tmp_path, monkeypatch):
 # torch's old (non-zip) format: storages are allocated as the pickle names them, before their data is read
 
 
-def old_style_with_storages(claims: dict[str, int], stored: dict[str, bytes]) -> bytes:
-    """An old-format file by hand: its object pickle names float32 storages ``key: numel`` (one tensor each),
-    its key list and data hold only ``stored``."""
+def old_style_with_storages(claims: dict, stored: dict[str, bytes], storage_class=torch.FloatStorage) -> bytes:
+    """An old-format file by hand: its object pickle names storages of ``storage_class`` ``key: numel`` (one
+    tensor each), its key list and data hold only ``stored``."""
 
     class Claiming(pickle.Pickler):
         def persistent_id(self, obj):
             if isinstance(obj, (torch.storage.TypedStorage, torch.UntypedStorage)):
                 key = next(pending)
-                return ("storage", torch.FloatStorage, key, "cpu", claims[key], None)
+                return ("storage", storage_class, key, "cpu", claims[key], None)
             return None
 
     pending = iter(claims)
     objects = io.BytesIO()
     # each tensor covers its storage, up to 16 elements (a claim of gigabytes must not be made here)
-    Claiming(objects, protocol=2).dump({key: torch.zeros(min(numel, 16)) for key, numel in claims.items()})
+    Claiming(objects, protocol=2).dump({str(key): torch.zeros(min(numel, 16)) for key, numel in claims.items()})
     header = [0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True, "type_sizes": {}}]
     parts = [pickle.dumps(part, protocol=2) for part in header] + [objects.getvalue()]
     parts.append(pickle.dumps(list(stored), protocol=2))
@@ -672,3 +672,41 @@ def test_old_format_files_torch_writes_load_as_torch_loads_them(tmp_path):
     for key in ("a", "slice", "t", "half", "long", "empty"):
         assert loaded[key].dtype == expected[key].dtype and torch.equal(loaded[key], expected[key])
     assert torch.equal(loaded["nested"]["bf16"], expected["nested"]["bf16"])
+
+
+@pytest.mark.parametrize(
+    ("storage_class", "key"),
+    [
+        (torch.cuda.FloatStorage, "k0"),
+        (torch.FloatStorage, None),
+        (torch.FloatStorage, ("k", 0)),
+        (torch.FloatStorage, 0.5),
+    ],
+    ids=["cuda-class", "None-key", "tuple-key", "float-key"],
+)
+def test_old_format_claims_are_counted_whatever_their_class_or_key(tmp_path, storage_class, key):
+    """The weights-only reader takes torch.cuda storage classes (allocated on the CPU here) and any hashable
+    key; each allocated 256 MiB of uninitialized memory and loaded."""
+    path = tmp_path / "claims.pth"
+    path.write_bytes(old_style_with_storages({key: 64 * MiB}, {}, storage_class))
+    assert "256.0 MiB" in both_refuse(path)
+
+
+def test_old_format_keys_read_one_way_here_and_another_by_torch_count_apart(tmp_path):
+    """A SHORT_BINSTRING key is latin-1 to pickletools and utf-8 to torch: 'Ã©' in the pickle and the raw bytes
+    c3 a9 are one key here, two storages (one unstored, 256 MiB) to torch."""
+    one = struct.pack("<f", 1.0)
+    data = old_style_with_storages({"\u00c3\u00a9": 1, "KEYX": 64 * MiB}, {"\u00c3\u00a9": one})
+    binunicode = b"X\x04\x00\x00\x00KEYX"
+    assert data.count(binunicode) == 1
+    path = tmp_path / "keys.pth"
+    path.write_bytes(data.replace(binunicode, b"U\x02\xc3\xa9"))
+    assert "256.0 MiB" in both_refuse(path)
+
+
+def test_an_opcode_claiming_more_bytes_than_memory_is_corrupt_not_a_memory_error(tmp_path):
+    """BINBYTES8 with a length of 2**62: pickletools asks for all of it at once (a MemoryError escaped)."""
+    path = tmp_path / "huge.pth"
+    path.write_bytes(b"\x80\x04\x8e" + struct.pack("<Q", 2**62) + b"x" * 64)
+    with pytest.raises((CorruptCheckpointError, UnsafeCheckpointError)):  # the weights-only reader refuses it
+        load_file(path)
