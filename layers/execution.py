@@ -332,12 +332,12 @@ def window_sdpa(
         )
     bias = merged_bias(position_bias, mask)
     masked = mask is not None
-    if ours and scale is None and _matmul_attention_pays(q):
+    if ours and (_transformed(traced) or scale is None and _matmul_attention_pays(q)):
         # Under autocast the bias keeps its float32 and the scores, softmax and its backward follow, as in
         # timm's and torchvision's attention under autocast (their float32 bias promotes the scores too).
         if not torch.is_autocast_enabled(q.device.type):
             bias = bias.to(q.dtype)
-        return _matmul_attention(q, k, v, bias.reshape(1, windows if masked else 1, heads, n, n), dropout)
+        return _matmul_attention(q, k, v, bias.reshape(1, windows if masked else 1, heads, n, n), dropout, scale)
     bias = bias.to(q.dtype)
     if careful:
         q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
@@ -427,15 +427,24 @@ def attention_scores(
     return scores.reshape(batch * windows, heads, n, n)
 
 
+def _transformed(traced: bool) -> bool:
+    """Whether a torch.func transform (grad, jacrev, jacfwd, vmap) or forward-mode AD is running eagerly: ATen's
+    fused CPU attention has neither a derivative for its mask there (the position bias, a parameter) nor forward
+    AD, so attention runs as matmuls and a softmax, as timm's unfused attention always does."""
+    return not traced and (
+        torch._C._functorch.peek_interpreter_stack() is not None or torch.autograd.forward_ad._current_level != -1
+    )
+
+
 def _matmul_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, dropout: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, dropout: float, scale: float | None = None
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + bias) v for (B, nW, heads, N, d) q, k, v and a (1, nW or 1, heads, N, N) bias,
     as (B, nW, N, heads*d); ``dropout`` on the attention probabilities (training). The scores are in the bias's
     dtype when it is wider than q's (float32 under autocast), else rounded to q's, as timm's and torchvision's
     unfused attention do."""
     batch, windows, heads, n, head_dim = q.shape
-    scores = (q * head_dim**-0.5) @ k.transpose(-2, -1) + bias
+    scores = (q * (head_dim**-0.5 if scale is None else scale)) @ k.transpose(-2, -1) + bias
     probs = scores.softmax(-1)
     if dropout:
         probs = F.dropout(probs, dropout)

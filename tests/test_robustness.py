@@ -127,3 +127,23 @@ def test_training_after_inference_mode_at_the_same_size():
     model.train()
     sum(level.mean() for level in model(x)).backward()
     assert model.layers[0].blocks[1].attn.qkv.weight.grad is not None
+
+
+def test_torch_func_transforms_of_the_input_match_timm():
+    """jacrev, jacfwd and grad with respect to the image (saliency, robustness): ATen's fused CPU attention has
+    no derivative for its mask under torch.func and no forward AD; each failed. timm's unfused attention is the
+    reference."""
+    import timm
+    from torch.func import grad, jacfwd, jacrev
+
+    tiny = dict(depths=(1, 1, 1, 1), embed_dim=32, num_heads=(1, 1, 1, 1), num_classes=10)
+    torch.manual_seed(0)
+    reference = timm.create_model("swin_tiny_patch4_window7_224", img_size=32, window_size=2, **tiny).eval()
+    model = swin.create_model("swin_t", img_size=32, window_size=2, pretrained=reference.state_dict(), **tiny).eval()
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    expected = jacrev(reference)(x)
+    assert expected.abs().max() > 1e-3
+    assert (jacrev(model)(x) - expected).abs().max().item() <= 1e-6
+    assert (jacfwd(model)(x) - expected).abs().max().item() <= 1e-6
+    saliency = grad(lambda image: model(image)[0, 3])(x)
+    assert (saliency - expected[0, 3]).abs().max().item() <= 1e-6
