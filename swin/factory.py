@@ -128,6 +128,7 @@ def create_model(
         else:
             hub_spec = None
     _check_timm_options(overrides)
+    name = _with_cfg_tag(name, overrides.pop("pretrained_cfg", None))
     placement = _placement(overrides)
     overlay = _overlay(pretrained_cfg_overlay, overrides, features_only)
     # timm's train.py --pretrained-path: num_classes=-1 in the overlay loads the file's trunk under a new head
@@ -174,7 +175,7 @@ def create_model(
     if named is not None:
         from .weights.data_config import record_loaded
 
-        record_loaded(model, {"name": named.name, "file": None, **named.data_config()})
+        record_loaded(model, {"name": named.name, "file": None, **named.provenance(), **named.data_config()})
     if wanted or checkpoint_path is not None:
         from .weights.pretrained import load_pretrained
 
@@ -219,6 +220,26 @@ _IMG_SIZE_REFUSAL = (
     "shifted at that input's size, as the official code built at that size does. Build with img_size=(H, W) for "
     "timm's outputs at H x W, and leave {option} out"
 )
+
+
+def _with_cfg_tag(name: str, pretrained_cfg: Any) -> str:
+    """timm's ``pretrained_cfg="TAG"``: the name with that tag (as ``ARCH.TAG``); a whole config is refused
+    with what to pass instead."""
+    if pretrained_cfg is None:
+        return name
+    if not isinstance(pretrained_cfg, str):
+        raise TypeError(
+            f"pretrained_cfg={type(pretrained_cfg).__name__}: a whole pretrained config (timm replaces its own "
+            "with it) is not taken here; name the weights with a tag, pretrained_cfg='ms_in22k' or "
+            "create_model('ARCH.TAG'), and change its entries with pretrained_cfg_overlay=dict(...)"
+        )
+    arch, dot, tag = name.partition(".")
+    if name.startswith("hf-hub:") or (dot and tag != pretrained_cfg):
+        raise ValueError(
+            f"create_model({name!r}, pretrained_cfg={pretrained_cfg!r}) names two different weights; pass the tag "
+            "once, in the name or as pretrained_cfg"
+        )
+    return f"{arch}.{pretrained_cfg}"
 
 
 def _check_timm_options(overrides: dict[str, Any]) -> None:

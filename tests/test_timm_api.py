@@ -487,3 +487,17 @@ def test_attention_extract_by_hooks_gets_timm_s_maps(pair):
     assert list(mine) == list(reference) and len(mine) == 8
     for name, maps in mine.items():
         torch.testing.assert_close(maps.reshape(reference[name].shape), reference[name], atol=1e-6, rtol=1e-5)
+
+
+def test_pretrained_cfg_names_a_tag_as_in_timm():
+    """timm's create_model(name, pretrained_cfg="ms_in22k") takes that tag's head and preprocessing; it was
+    refused as an unknown config field. A whole config (timm replaces its own with it) is refused with what
+    to pass instead."""
+    ours = swin.create_model("swin_t", pretrained_cfg="ms_in22k")
+    theirs = timm.create_model(TIMM_T, pretrained_cfg="ms_in22k")
+    assert ours.num_classes == theirs.num_classes == 21841
+    assert resolve_model_data_config(ours) == resolve_model_data_config(theirs)
+    with pytest.raises(TypeError, match="pretrained_cfg_overlay"):
+        swin.create_model("swin_t", pretrained_cfg={"mean": (0.5, 0.5, 0.5)})
+    with pytest.raises(ValueError, match="two different weights"):
+        swin.create_model("swin_t.ms_in1k", pretrained_cfg="ms_in22k")

@@ -250,7 +250,10 @@ def _derived(model: nn.Module) -> dict[str, Any]:
         "first_conv": "patch_embed.proj",
         "classifier": "head",
     }
-    # the provenance the loader recorded (file, layout, name, tag), never the tag's sizes or classes
+    # where the default tag's weights come from (timm reports them before any are loaded); none for weights
+    # loaded from elsewhere (a file, a URL, a state dict), whose record says what it knows
+    derived.update({k: None if "file" in record else origin.get(k) for k in _PROVENANCE})
+    # the provenance the loader recorded (file, layout, name, tag, hf_hub_id...), never the tag's sizes or classes
     derived.update({k: v for k, v in record.items() if k not in _keys()})
     return derived
 
@@ -265,7 +268,7 @@ def _origin(model: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
         entry = manifest.get_entry(model.config.name)
     except KeyError:  # an architecture without pretrained weights
         return {**_FALLBACK, "input_size": None, "num_classes": None}, record
-    return {"name": entry.name, **entry.data_config()}, record
+    return {"name": entry.name, **entry.provenance(), **entry.data_config()}, record
 
 
 def _resize_size(input_size: Any, crop_pct: float, origin: Mapping[str, Any]) -> int | tuple[int, int]:
@@ -313,6 +316,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 _PREPROCESSING = ("interpolation", "mean", "std", "crop_pct", "crop_mode")
+_PROVENANCE = ("hf_hub_id", "url", "license")  # timm's pretrained_cfg keys for where weights come from
 
 
 def _keys() -> tuple[str, ...]:

@@ -158,6 +158,13 @@ class PretrainedEntry:
                 stale[path] = f"{path} does not match the manifest's {_pin_mismatch(path, source)}"
         return list(stale.values())
 
+    def provenance(self) -> dict[str, Any]:
+        """Where the weights come from, in timm's ``pretrained_cfg`` keys: ``hf_hub_id`` and ``url`` (the first
+        source of each kind, None without one) and ``license``."""
+        hub = next((s.hf_hub for s in self.sources if s.hf_hub is not None), None)
+        url = next((s.url for s in self.sources if s.url is not None), None)
+        return {"hf_hub_id": hub, "url": url, "license": self.license}
+
     def data_config(self) -> dict[str, Any]:
         """Evaluation preprocessing, with timm's key names plus ``resize_size`` (the shorter side before crop)."""
         size = self.input_size[-1]

@@ -435,7 +435,7 @@ def load_pretrained(
     model.load_state_dict(fitted, strict=False)
     info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}
     if entry is not None:
-        info.update(name=entry.name, tag=entry.tag, **entry.data_config())
+        info.update(name=entry.name, tag=entry.tag, **entry.provenance(), **entry.data_config())
     from .data_config import record_loaded  # not the pretrained_cfg setter: that holds the user's values
 
     record_loaded(model, info)

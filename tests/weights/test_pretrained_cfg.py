@@ -221,3 +221,26 @@ def test_numpy_numbers_are_kept_as_python_numbers():
     model = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
     model.pretrained_cfg = {"mean": tuple(np.float32([0.5, 0.25, 0.5])), "input_size": (3, np.int64(224), 224)}
     assert json.loads(json.dumps(swin.data_config(model)["mean"])) == [0.5, 0.25, 0.5]
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [("swin_t", "swin_tiny_patch4_window7_224"), ("swin_t.ms_in22k", "swin_tiny_patch4_window7_224.ms_in22k")],
+)
+def test_pretrained_cfg_says_where_the_weights_come_from_as_timms(ours, theirs):
+    """hf_hub_id, url and license, as timm's pretrained_cfg carries them (they were missing)."""
+    import timm
+
+    cfg, reference = swin.create_model(ours).pretrained_cfg, timm.create_model(theirs).pretrained_cfg
+    assert {k: cfg[k] for k in ("hf_hub_id", "url", "license")} == {
+        k: reference[k] for k in ("hf_hub_id", "url", "license")
+    }
+
+
+def test_torchvision_tag_names_torchvisions_file_and_weights_from_elsewhere_name_none():
+    import torchvision
+
+    cfg = swin.create_model("swin_t.tv_in1k").pretrained_cfg
+    assert cfg["url"] == torchvision.models.Swin_T_Weights.IMAGENET1K_V1.url and cfg["hf_hub_id"] is None
+    loaded = swin.create_model("swin_t", pretrained=swin.create_model("swin_t").state_dict()).pretrained_cfg
+    assert (loaded["hf_hub_id"], loaded["url"], loaded["license"]) == (None, None, None)
