@@ -113,6 +113,22 @@ def _summarize(keys: list[str], limit: int = 12) -> str:
     return ", ".join(f"{g} ({n} keys)" if n > 1 else g for g, n in groups.items())
 
 
+def _swin_version(keys) -> int | None:
+    """2 for Swin V2 keys (its continuous position bias), 1 for V1's (a learnt bias table), else None."""
+    if any(key.endswith(".attn.cpb_mlp.0.weight") for key in keys):
+        return 2
+    return 1 if any(key.endswith(_TABLE) for key in keys) else None
+
+
+def _version_hint(state_dict: dict, own: dict) -> str:
+    """What to build when the checkpoint is of the other Swin version than the model."""
+    theirs, ours = _swin_version(state_dict), _swin_version(own)
+    if theirs is None or ours is None or theirs == ours:
+        return ""
+    models = "a swinv2_* model (swin list 'swinv2*')" if theirs == 2 else "a Swin V1 model (swin_t, swin_s, ...)"
+    return f" It is a Swin V{theirs} checkpoint and the model a Swin V{ours}: build {models}."
+
+
 def common_prefix_hint(keys: list[str], own: set[str]) -> str:
     """A hint naming the prefix (``encoder.``, ``student.``) that, stripped from ``keys``, would give keys the
     model has; "" when no prefix explains them."""
@@ -235,7 +251,7 @@ def fit_state_dict(
     if mismatched:
         name = getattr(getattr(model, "config", None), "name", type(model).__name__)
         unexpected = [key for key in state_dict if key not in own]
-        hint = common_prefix_hint(unexpected, set(own))
+        hint = common_prefix_hint(unexpected, set(own)) or _version_hint(state_dict, own)
         extra = (
             f" The checkpoint has {len(unexpected)} key(s) the model lacks, e.g. {_summarize(unexpected)}."
             if (unexpected)

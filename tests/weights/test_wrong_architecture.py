@@ -61,3 +61,17 @@ def test_swin_predict_checks_the_architecture_too(server, entries, swin_home, ca
     assert main(["predict", str(tmp_path / "image.png"), "--model", "swin_t", "--weights", "stale_predict"]) != 0
     assert "not the weights of swin_t.stale_predict" in capsys.readouterr().err
     assert cache_files(swin_home) == []
+
+
+@pytest.mark.parametrize(
+    ("timm_name", "ours", "says"),
+    [
+        ("swin_tiny_patch4_window7_224", "swinv2_t_w8", "Swin V1 checkpoint and the model a Swin V2"),
+        ("swinv2_tiny_window8_256", "swin_t", "Swin V2 checkpoint and the model a Swin V1"),
+    ],
+)
+def test_weights_of_the_other_swin_version_say_which_to_build(timm_name, ours, says):
+    import timm
+
+    with pytest.raises(ValueError, match=says):
+        swin.create_model(ours, pretrained=timm.create_model(timm_name).state_dict())
