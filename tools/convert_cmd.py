@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import torch
 
@@ -99,7 +100,24 @@ def cmd_convert(args) -> int:
     with atomic_output(args.output, inputs=[args.input]) as temporary:
         _write(out, temporary, fmt, args.to)
     print(f"{args.input} ({source} layout{which}) -> {args.output} ({args.to} layout, {fmt}, {len(out)} tensors)")
+    _note_foreign_keys(out, state, args.to)
     return 0
+
+
+def _note_foreign_keys(out: dict[str, torch.Tensor], state, target: str) -> None:
+    """Say which kept keys timm's model has no place for: a detector's parts beside its
+    backbone and its per-stage norms (norm0..3) are written as they are, and a strict load there refuses them."""
+    if target != "timm":
+        return
+    foreign = sorted(set(getattr(state, "passthrough", ())) | {k for k in out if re.match(r"norm\d+\.", k)})
+    if foreign:
+        groups = sorted({k.split(".", 1)[0] + ".*" for k in foreign})
+        shown = ", ".join(groups[:6]) + (", ..." if len(groups) > 6 else "")
+        print(
+            f"note: {len(foreign)} key(s) are a detector's, kept as they are ({shown}): timm's Swin has no place "
+            "for them; load the file there with strict=False",
+            file=sys.stderr,
+        )
 
 
 def register(sub) -> None:

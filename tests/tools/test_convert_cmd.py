@@ -259,3 +259,23 @@ def test_a_checkpoint_missing_a_whole_part_is_refused(checkpoints, tmp_path, cap
     status, err = run([tmp_path / "part.pth", tmp_path / "out.pth"], capsys)
     assert status == 1 and "incomplete Swin checkpoint" in err and named in err
     assert not (tmp_path / "out.pth").exists()
+
+
+def test_a_detector_converted_to_timm_names_the_keys_timm_has_no_place_for(tmp_path, capsys):
+    """The neck, heads and per-stage norms of a detector are kept as they are; timm's strict load refuses them,
+    which the command now says (it wrote the file without a word)."""
+    import timm
+
+    import swin
+
+    backbone = swin.create_model("swin_t", features_only=True)
+    detector = {f"backbone.{k}": v for k, v in backbone.state_dict().items()} | {"neck.conv.weight": torch.zeros(1)}
+    source, target = tmp_path / "det.pth", tmp_path / "timm.pth"
+    torch.save({"state_dict": detector, "meta": {}}, source)
+    assert main(["convert", str(source), str(target), "--to", "timm"]) == 0
+    err = capsys.readouterr().err
+    assert "9 key(s) are a detector's" in err and "neck.*" in err and "norm3.*" in err and "strict=False" in err
+    unexpected = timm.create_model("swin_tiny_patch4_window7_224").load_state_dict(torch.load(target), strict=False)
+    assert sorted(unexpected.unexpected_keys) == sorted(
+        [f"norm{i}.{p}" for i in range(4) for p in ("weight", "bias")] + ["neck.conv.weight"]
+    )
