@@ -34,7 +34,7 @@ class SwinConfig:
         proj_drop_rate: dropout after each block's attention projection and both MLP layers (timm's
             ``proj_drop_rate``).
         pos_drop_rate: dropout after the patch embedding (and the absolute position embedding), as timm names
-            it for its ViTs. The official code's one ``DROP_RATE`` is ``pos_drop_rate`` and
+            it for its ViTs (timm's Swin has none). The official code's one ``DROP_RATE`` is ``pos_drop_rate`` and
             ``proj_drop_rate`` both at that value, with ``drop_rate`` 0: its head has no dropout.
         attn_drop_rate: dropout on attention probabilities.
         drop_path_rate: stochastic depth, rising linearly to this value over all blocks.
