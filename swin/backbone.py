@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,6 +69,14 @@ class SwinBackbone(SwinTrunk):
         out_indices = stage_indices(out_indices, num_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f"frozen_stages must be in -1..{num_stages}, got {frozen_stages}")
+        if config.drop_rate:
+            warnings.warn(
+                f"drop_rate={config.drop_rate} is the dropout before the classifier head (timm's meaning) and a "
+                "backbone has none: it does nothing here; proj_drop_rate (in the blocks) and pos_drop_rate (after "
+                "the patch embedding) drop inside the trunk",
+                UserWarning,
+                stacklevel=2,
+            )
         super().__init__(config.replace(num_classes=0), semantics, num_stages=max(out_indices) + 1)
         self.out_indices = out_indices
         self.frozen_stages = frozen_stages

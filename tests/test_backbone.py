@@ -4,6 +4,7 @@ freezing, gradient checkpointing, and the errors a user meets."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -223,3 +224,14 @@ def test_an_official_detection_checkpoint_with_ape_loads(img_size):
     side = img_size // 4
     expected = F.interpolate(official, (side, side), mode="bicubic", align_corners=False) if side != grid else official
     torch.testing.assert_close(model.absolute_pos_embed.detach(), expected.flatten(2).transpose(1, 2))
+
+
+def test_head_dropout_on_a_backbone_says_it_does_nothing():
+    """drop_rate is timm's head dropout; a backbone has no head, so it would be silently ignored (it dropped in
+    the blocks before dropout was named as in timm)."""
+    with pytest.warns(UserWarning, match="drop_rate=0.3 is the dropout before the classifier head.*proj_drop_rate"):
+        backbone = swin.create_model("swin_t", features_only=True, drop_rate=0.3)
+    assert not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in backbone.modules())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        swin.create_model("swin_t", features_only=True, proj_drop_rate=0.3)
