@@ -7,7 +7,8 @@ with ``torchrun``.
     python examples/finetune.py --steps 20      # no --data: random images, to check the loop runs
 
 ``--data`` is an ImageFolder (one folder per class; ``--num-classes`` defaults to the number of folders);
-``--batch-size`` is per process. Arguments and the data are checked before a model is built. ``--amp auto`` (the
+``--batch-size`` is per process. Arguments and the data are checked before a model is built, and the
+model's options (``--model-kwargs``) as it is built: each problem is one line. ``--amp auto`` (the
 default) autocasts to the device's fastest dtype (``swin.fastest_dtype``): bf16 where it has bf16 arithmetic,
 fp16 on older CUDA devices, none (float32) elsewhere.
 """
@@ -269,13 +270,16 @@ def main(argv: list[str] | None = None) -> dict:
         args.num_classes = 10
     seed_everything(args.seed + rank)
 
-    model = swin.create_model(
-        args.model,
-        pretrained=args.pretrained or False,
-        num_classes=args.num_classes,
-        drop_path_rate=args.drop_path,
-        **args.model_kwargs,
-    ).to(device)
+    try:  # a --model-kwargs field no model takes, or a value it refuses: one line, as a bad argument
+        model = swin.create_model(
+            args.model,
+            pretrained=args.pretrained or False,
+            num_classes=args.num_classes,
+            drop_path_rate=args.drop_path,
+            **args.model_kwargs,
+        ).to(device)
+    except (TypeError, ValueError, KeyError) as error:
+        fail(f"--model {args.model} --model-kwargs {json.dumps(args.model_kwargs)}: {error}")
     model.set_grad_checkpointing(args.grad_checkpointing)
     # Groups from the bare model: no decay on norms/biases/position tables, rates decaying from head to stem.
     groups = swin.param_groups(model, weight_decay=args.weight_decay, layer_decay=args.layer_decay, lr=args.lr)

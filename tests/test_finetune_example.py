@@ -264,3 +264,10 @@ def test_good_arguments_parse():
         ["--layer-decay", "1", "--lr", "1e-3", "--warmup-steps", "0", "--workers", "0", "--model-kwargs", "{}"]
     )
     assert (args.layer_decay, args.lr, args.warmup_steps, args.workers, args.model_kwargs) == (1.0, 1e-3, 0, 0, {})
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [({"drop": 0.1}, "unknown config field"), ({"img_size": 0}, "img_size")])
+def test_a_model_option_no_model_takes_is_one_line(kwargs, says):
+    """--model-kwargs a model refuses: a one-line argument error, as the script's own (it was a traceback)."""
+    with pytest.raises(SystemExit, match=f"finetune.py: error: --model swin_t --model-kwargs .*{says}"):
+        load_example().main(["--steps", "1", "--model-kwargs", json.dumps(kwargs)])
