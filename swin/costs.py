@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .backbone import SwinBackbone
 from .factory import create_model
 from .model import SwinTransformer
 from .registry import get_config, resolve_name, window_size_field
@@ -216,6 +217,11 @@ def flops(
         model = model_or_name
         name = model.config.name
         size = parse_size(model.config.img_size if img_size is None else img_size)
+    elif isinstance(model_or_name, SwinBackbone):  # the trunk it shares with the classifier is what is counted
+        raise TypeError(
+            "flops counts a classifier: for a features_only backbone's trunk pass its name with its rules, "
+            f"flops({model_or_name.config.name!r}, size, semantics={model_or_name.semantics!r})"
+        )
     else:
         raise TypeError(
             f"expected a model name or a SwinTransformer, got {type(model_or_name).__name__}; "

@@ -251,3 +251,9 @@ def test_a_classifier_without_pooling_scores_every_position():
     )
     assert head["measured"] == timm_head
     assert report["macs"]["measured"] == timm_macs(img_size=512, global_pool="", num_classes=21841)
+
+
+def test_a_backbone_is_pointed_to_the_call_that_counts_its_trunk():
+    backbone = swin.create_model("swin_t", features_only=True)
+    with pytest.raises(TypeError, match=r"flops\('swin_t', size, semantics='detection'\)"):
+        swin.flops(backbone, (800, 1333))
