@@ -13,6 +13,7 @@ from ..factory import entry_model
 from ..registry import resolve_name
 from ..weights import manifest
 from ..weights.user_weights import class_labels, locate_weights, preprocessing_for, read_weights
+from .argtypes import whole_number
 from .images import check_resized_size, read_image
 
 __all__ = ["check_window", "cmd_predict", "register"]
@@ -97,8 +98,6 @@ def cmd_predict(args) -> int:
     from ..factory import create_model
     from ..weights.data_config import create_transform, data_config
 
-    if args.top < 1:
-        raise ValueError(f"--top must be at least 1, got {args.top}")
     arch, _, tag = args.model.partition(".")
     arch = resolve_name(arch)
     named = manifest.get_entry(arch, tag) if tag else None  # an explicit tag: its weights or preprocessing
@@ -160,6 +159,6 @@ def register(sub) -> None:
     p.add_argument(
         "--weights", default=None, help="a checkpoint file, URL or tag instead of the tag's (or default) download"
     )
-    p.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")
+    p.add_argument("--top", type=whole_number(1), default=5, help="how many classes to print (default 5)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
     p.set_defaults(func=cmd_predict)

@@ -200,3 +200,10 @@ def test_weights_of_another_architecture_are_named_by_their_file(tmp_path, capsy
     Image.new("RGB", (64, 48)).save(tmp_path / "image.png")
     status, out, err = predict(capsys, tmp_path / "image.png", "--model", "swin_t", "--weights", tmp_path / "small.pth")
     assert status == 1 and f"{tmp_path / 'small.pth'} does not fit the model (swin_t)" in err, err
+
+
+def test_top_below_one_is_a_usage_error(capsys):
+    """Refused by the parser, exit 2, before anything loads (it was exit 1 after building the model)."""
+    with pytest.raises(SystemExit) as caught:
+        main(["predict", "image.png", "--model", "swin_t", "--top", "0"])
+    assert caught.value.code == 2 and "--top: takes a whole number of at least 1, got '0'" in capsys.readouterr().err
