@@ -161,7 +161,6 @@ def error_files(tmp_path_factory):
         (["predict", "{r}/notimg.png", "--model", "tiny_err", "--weights", "{r}/tiny.pth"], "not an image"),
         (["predict", "{r}/img.png", "--model", "tiny_err", "--weights", "{r}/corrupt.pth"], "corrupt.pth"),
         (["predict", "{r}/img.png", "--model", "swin_t.nope"], "no pretrained tag 'nope'"),
-        (["predict", "{r}/img.png", "--model", "tiny_err", "--weights", "{r}/tiny.pth", "--top", "-1"], "--top"),
         (["validate", "tiny_err", "--data", "{r}/val", "--weights", "{r}/tiny.pth", "--device", "cuda:7"], "--device"),
         (["validate", "tiny_err", "--data", "{r}/val", "--weights", "{r}/tiny.pth", "--workers", "0"], "b.jpg"),
         (["validate", "tiny_err", "--data", "{r}/val", "--weights", "{r}/tiny.pth", "--workers", "1"], "b.jpg"),
