@@ -120,6 +120,8 @@ def create_model(
         origin, hub_spec, asked = name, name[len("hf-hub:") :], pretrained
         name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
         yours = set(overrides)  # the caller's own: their errors stay theirs, not the repository's
+        if features_only:  # the repository's head dropout: a backbone has no head (and would warn of it)
+            hub_args.pop("drop_rate", None)
         overrides = {**hub_args, **overrides}
         hub_classes = pretrained_cfg_overlay.get("num_classes")
         # the repository's weights unless the caller's overlay names others (timm's order: state_dict, file, url)
@@ -135,7 +137,7 @@ def create_model(
     new_head = overlay.get("num_classes") == -1
     if new_head:
         del overlay["num_classes"]
-    source = _overlay_source(overlay, pretrained)
+    source = _overlay_source(overlay, pretrained, name)
     arch, tag, pretrained = _split_tag(name, pretrained)
     pretrained = pretrained if source is None else source
     canonical = resolve_name(arch)
@@ -191,6 +193,10 @@ def create_model(
         model.reset_classifier(model.num_classes)
     if placement:
         model.to(**placement)
+    if origin is not None:  # a hub repository: where its weights come from, never the default tag's
+        from .weights.data_config import record_provenance
+
+        record_provenance(model, overlay)
     if overlay:
         # timm's features_only models leave out the classifier's entries (its pretrained_cfg_for_features)
         dropped = ("num_classes", "classifier", "global_pool") if features_only else ()
@@ -329,24 +335,48 @@ def _overlay(overlay: Mapping[str, Any] | None, overrides: dict[str, Any], featu
     return overlay
 
 
-def _overlay_source(overlay: dict[str, Any], pretrained: Any) -> Any:
-    """What ``pretrained=True`` loads from the overlay, in timm's order (``state_dict``, ``file``, ``url``), or
-    None: nothing asked for, or the overlay names no weights."""
+def _overlay_source(overlay: dict[str, Any], pretrained: Any, name: str) -> Any:
+    """What ``pretrained=True`` loads from the overlay, in timm's order (``state_dict``, ``file``, then the hub
+    or ``url``), or None: nothing asked for, or the overlay names no weights. An ``hf_hub_id`` or ``url`` of one
+    of the architecture's manifest entries (a model's own ``pretrained_cfg`` passed back) is that entry's tag."""
     if pretrained is False or pretrained is None:
         return None
     source = next((overlay[key] for key in ("state_dict", "file") if overlay.get(key)), None)
+    if source is None:
+        source = _manifest_tag(name, overlay)
     if source is None and overlay.get("hf_hub_id"):
         raise ValueError(
             "pretrained_cfg_overlay names hf_hub_id, but the Hugging Face Hub is not a source here; download "
             "the checkpoint and pass pretrained_cfg_overlay={'file': PATH} (or pretrained=PATH)"
         )
     source = source if source is not None else overlay.get("url") or None
-    if source is not None and pretrained is not True:
+    tag = name.partition(".")[2]
+    mismatch = tag and source is not None and source == _manifest_tag(name, overlay) and source != tag
+    if mismatch or (source is not None and pretrained is not True and source != pretrained):
         raise ValueError(
-            f"pretrained={str(pretrained)[:40]!r} and pretrained_cfg_overlay's weights name two different weights; "
-            "pass pretrained=True to load the overlay's, or leave state_dict/file/url out of the overlay"
+            f"create_model({name!r}, pretrained={str(pretrained)[:40]!r}) and pretrained_cfg_overlay's weights "
+            f"({str(source)[:60]}) name two different weights; pass pretrained=True (and the name without a tag) to "
+            "load the overlay's, or leave state_dict/file/url/hf_hub_id out of the overlay"
         )
     return source
+
+
+def _manifest_tag(name: str, overlay: Mapping[str, Any]) -> str | None:
+    """The tag of ``name``'s architecture whose manifest sources include the overlay's ``hf_hub_id`` or ``url``."""
+    hub, url = overlay.get("hf_hub_id"), overlay.get("url")
+    if not (hub or url):
+        return None
+    from .weights import manifest
+
+    try:
+        arch = resolve_name(name.partition(".")[0])
+    except KeyError:
+        return None
+    for tag in manifest.tags(arch):
+        sources = manifest.get_entry(arch, tag).sources
+        if any((hub and s.hf_hub == hub) or (url and s.url == url) for s in sources):
+            return tag
+    return None
 
 
 def entry_model(entry: Any) -> nn.Module:

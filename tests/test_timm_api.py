@@ -501,3 +501,16 @@ def test_pretrained_cfg_names_a_tag_as_in_timm():
         swin.create_model("swin_t", pretrained_cfg={"mean": (0.5, 0.5, 0.5)})
     with pytest.raises(ValueError, match="two different weights"):
         swin.create_model("swin_t.ms_in1k", pretrained_cfg="ms_in22k")
+
+
+def test_a_models_own_pretrained_cfg_passed_back_names_its_tag(monkeypatch, tmp_path):
+    """create_model(name, pretrained=True, pretrained_cfg_overlay=dict(model.pretrained_cfg)): its hf_hub_id and
+    url are one of the manifest's sources, so the tag they belong to is loaded (offline here: the error names
+    that tag's cache), not refused as 'the Hub is not a source' nor fetched from the url itself."""
+    monkeypatch.setenv("SWIN_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    own = dict(swin.create_model("swin_t.ms_in22k").pretrained_cfg)
+    with pytest.raises(FileNotFoundError, match=r"swin_t\.ms_in22k is not in the cache"):
+        swin.create_model("swin_t", pretrained=True, pretrained_cfg_overlay=own)
+    with pytest.raises(ValueError, match="two different weights"):
+        swin.create_model("swin_t.ms_in1k", pretrained=True, pretrained_cfg_overlay=own)

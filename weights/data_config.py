@@ -76,6 +76,14 @@ def record_loaded(model: nn.Module, record: Mapping[str, Any] | None) -> None:
     setattr(model, _RECORD, dict(record) if record else None)
 
 
+def record_provenance(model: nn.Module, described: Mapping[str, Any]) -> None:
+    """Where weights described elsewhere come from (a hub repository's ``config.json``): its ``hf_hub_id``,
+    ``url`` and ``license``, None where it names none, in place of the default tag's."""
+    record = dict(getattr(model, _RECORD, None) or {})
+    record.update({key: described.get(key) for key in _PROVENANCE})
+    setattr(model, _RECORD, record)
+
+
 class PretrainedCfg(dict):
     """What ``model.pretrained_cfg`` returns: a dict of the current values whose edits are kept on the model
     (as your values, see :func:`pretrained_cfg`). A copy (``dict(cfg)``, ``copy.copy``, pickle) is a plain dict."""

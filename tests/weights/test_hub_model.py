@@ -240,3 +240,26 @@ def test_the_callers_own_bad_override_is_theirs(hub_repo):
         with pytest.raises(TypeError) as hub:
             swin.create_model(f"hf-hub:{REPO}", **override)
         assert str(hub.value) == str(registered.value)
+
+
+def test_a_repository_without_url_or_license_names_none(hub_repo):
+    """timm's parsing gives no url and the repository's own license (none here); the default swin_t tag's GitHub
+    url and MIT license were reported for it."""
+    hub_models = pytest.importorskip("timm.models._hub")
+    expected, _, _ = hub_models._parse_model_cfg(json.loads(json.dumps(CONFIG)), {"hf_hub_id": REPO})
+    for features_only in (False, True):
+        cfg = swin.create_model(f"hf-hub:{REPO}", features_only=features_only).pretrained_cfg
+        assert (cfg["hf_hub_id"], cfg["url"], cfg["license"]) == (REPO, expected.get("url"), expected.get("license"))
+
+
+def test_head_dropout_in_a_repository_is_no_warning_for_a_backbone(hub_repo):
+    """A classifier's drop_rate in the repository's model_args means nothing to a backbone the caller builds
+    from it; the warning is for a caller who asks for it."""
+    import warnings
+
+    described = {**CONFIG, "model_args": {**MODEL_ARGS, "drop_rate": 0.1}}
+    hub_repo.serve(f"/{REPO}/resolve/main/config.json", json.dumps(described).encode())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        swin.create_model(f"hf-hub:{REPO}", features_only=True)
+    assert swin.create_model(f"hf-hub:{REPO}").head_drop.p == 0.1
