@@ -76,6 +76,13 @@ def record_loaded(model: nn.Module, record: Mapping[str, Any] | None) -> None:
     setattr(model, _RECORD, dict(record) if record else None)
 
 
+def described_weights(model: nn.Module) -> dict[str, Any]:
+    """The tag and preprocessing recorded on ``model`` (``create_model("ARCH.TAG")``, or a tag loaded before),
+    without where those weights came from: what a file loaded into it next keeps."""
+    record = dict(getattr(model, _RECORD, None) or {})
+    return {k: v for k, v in record.items() if k not in ("file", "layout", *_PROVENANCE)}
+
+
 def record_provenance(model: nn.Module, described: Mapping[str, Any]) -> None:
     """Where weights described elsewhere come from (a hub repository's ``config.json``): its ``hf_hub_id``,
     ``url`` and ``license``, None where it names none, in place of the default tag's."""
@@ -245,7 +252,8 @@ def _derived(model: nn.Module) -> dict[str, Any]:
     num_classes = getattr(model, "num_classes", config.num_classes)
     stride = config.patch_size * 2 ** (len(config.depths) - 1)
     input_size = (config.in_chans, height, width)
-    name = origin.get("name")
+    # the tag the weights are of: the recorded one, none for weights from a file, else the default tag
+    name = origin.get("name") if "name" in record or "file" not in record else None
     derived = {
         "architecture": config.name,
         "tag": name.split(".", 1)[1] if name else None,

@@ -434,9 +434,11 @@ def load_pretrained(
     checks.check_state(converted, origin)  # as a download is checked: a complete trunk, finite weights
     model.load_state_dict(fitted, strict=False)
     info: dict[str, Any] = {"file": None if path is None else os.fspath(path), "layout": detect_layout(state)}
+    from .data_config import described_weights, record_loaded  # not the pretrained_cfg setter: the user's values
+
     if entry is not None:
         info.update(name=entry.name, tag=entry.tag, **entry.provenance(), **entry.data_config())
-    from .data_config import record_loaded  # not the pretrained_cfg setter: that holds the user's values
-
+    else:  # a file for a model built as ARCH.TAG (checkpoint_path=, as timm): the tag's preprocessing stays
+        info = {**described_weights(model), **info}
     record_loaded(model, info)
     return model

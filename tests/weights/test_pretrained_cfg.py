@@ -244,3 +244,18 @@ def test_torchvision_tag_names_torchvisions_file_and_weights_from_elsewhere_name
     assert cfg["url"] == torchvision.models.Swin_T_Weights.IMAGENET1K_V1.url and cfg["hf_hub_id"] is None
     loaded = swin.create_model("swin_t", pretrained=swin.create_model("swin_t").state_dict()).pretrained_cfg
     assert (loaded["hf_hub_id"], loaded["url"], loaded["license"]) == (None, None, None)
+
+
+def test_a_file_loaded_into_a_tagged_model_keeps_the_tags_preprocessing(tmp_path):
+    """create_model("swin_t.tv_in1k", checkpoint_path=FILE), as timm's: the tag's pretrained_cfg, the file's
+    weights. The default tag's preprocessing (resize 248, not torchvision's 232) was reported, and a plain file
+    load named the default tag as if its weights were that tag's."""
+    import torchvision
+
+    path = tmp_path / "finetuned.pth"
+    torch.save(swin.create_model("swin_t").state_dict(), path)
+    cfg = swin.create_model("swin_t.tv_in1k", checkpoint_path=path).pretrained_cfg
+    transforms = torchvision.models.Swin_T_Weights.IMAGENET1K_V1.transforms()
+    assert (cfg["tag"], cfg["file"], cfg["url"]) == ("tv_in1k", str(path), None)
+    assert cfg["resize_size"] == transforms.resize_size[0] and cfg["input_size"][1:] == tuple(transforms.crop_size * 2)
+    assert swin.create_model("swin_t", pretrained=path).pretrained_cfg["tag"] is None
