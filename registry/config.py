@@ -72,10 +72,12 @@ class SwinConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             object.__setattr__(self, f.name, _coerce(f.name, value, _hint(f.name)))
-        if not self.name or "." in self.name:
-            raise ValueError(
-                f"name {self.name!r} must be non-empty and without '.' (NAME.TAG names a pretrained tag), e.g. my_swin"
-            )
+        for what, spelling in (("name", self.name), *(("alias", alias) for alias in self.aliases)):
+            if not spelling or "." in spelling:
+                raise ValueError(
+                    f"{what} {spelling!r} must be non-empty and without '.' (NAME.TAG names a pretrained tag), "
+                    "e.g. my_swin"
+                )
         if not self.depths or any(depth < 1 for depth in self.depths):
             raise ValueError(f"depths must give each stage at least one block, e.g. (2, 2, 6, 2), got {self.depths}")
         if len(self.depths) != len(self.num_heads):
@@ -204,7 +206,8 @@ def _coerce(name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
         if name == "img_size" and isinstance(value, int) and not isinstance(value, bool):
             value = (value, value)
         if not isinstance(value, (list, tuple)):
-            raise TypeError(f"config field {name!r} expects a list of ints, got {type(value).__name__} {value!r}")
+            kind = "names" if typing.get_args(hint)[0] is str else "ints"
+            raise TypeError(f"config field {name!r} expects a list of {kind}, got {type(value).__name__} {value!r}")
         if args[-1] is not Ellipsis and len(value) != len(args):
             raise TypeError(f"config field {name!r} expects {len(args)} values, got {len(value)}: {value!r}")
         item = args[0]

@@ -23,6 +23,25 @@ class UnknownModelError(KeyError):
         return str(self.args[0])
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"found {key!r} given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 _lock = threading.Lock()
 _configs: dict[str, SwinConfig] = {}
 _aliases: dict[str, str] = {}
@@ -37,7 +56,7 @@ def _ensure_loaded() -> None:
         if _loaded:
             return
         text = resources.files(__package__).joinpath("models.yaml").read_text()
-        _load_entries(yaml.safe_load(text), source="the bundled registry", overwrite=False)
+        _load_entries(_read_yaml(text), source="the bundled registry", overwrite=False)
         _loaded = True
 
 
@@ -59,6 +78,7 @@ def _load_entries(entries: Any, source: str, overwrite: bool) -> list[str]:
 def _add(configs: list[SwinConfig], overwrite: bool, source: str = "register_model") -> None:
     """Register ``configs`` together, after checking every name and alias: taken names (other than by the
     entry being replaced, with ``overwrite``) and names used twice are errors, and nothing is added."""
+    global _configs, _aliases
     replaced = {config.name for config in configs if config.name in _configs} if overwrite else set()
     owners = {alias: owner for alias, owner in _aliases.items() if owner not in replaced}
     taken = set(_configs) - replaced | set(owners)
@@ -73,14 +93,14 @@ def _add(configs: list[SwinConfig], overwrite: bool, source: str = "register_mod
                 hint = "pass overwrite=True to replace it" if replaceable else "choose another name"
                 raise ValueError(f"{source}: {spelling!r} is already a registered {what}; {hint}")
             new.add(spelling)
-    for name in replaced:  # an entry replaced drops its old aliases
-        for alias in [a for a, owner in _aliases.items() if owner == name]:
-            del _aliases[alias]
+    # new tables swapped in whole: readers (who take no lock) see the old ones or the new, never an alias
+    # dropped in between (an entry replaced drops its old aliases)
+    configs_after = dict(_configs)
+    aliases_after = {alias: owner for alias, owner in _aliases.items() if owner not in replaced}
     for config in configs:
-        _configs[config.name] = config
-        for alias in config.aliases:
-            if alias != config.name:
-                _aliases[alias] = config.name
+        configs_after[config.name] = config
+        aliases_after.update({alias: config.name for alias in config.aliases if alias != config.name})
+    _configs, _aliases = configs_after, aliases_after
 
 
 def register_model(
@@ -110,7 +130,7 @@ def register_model(
                     f"{os.fspath(config)}: not a YAML text file (not UTF-8 at byte {error.start}); give the "
                     "models file in the format of the bundled models.yaml"
                 ) from None
-            return _load_entries(yaml.safe_load(text), source=os.fspath(config), overwrite=overwrite)
+            return _load_entries(_read_yaml(text), source=os.fspath(config), overwrite=overwrite)
         if isinstance(config, dict):
             fields = {**config, **fields}
             config = None
@@ -156,11 +176,17 @@ def get_config(name: str) -> SwinConfig:
     return _configs[resolve_name(name)]
 
 
-def list_models(pattern: str | None = None) -> list[str]:
+def list_models(pattern: str | list[str] | tuple[str, ...] | None = None) -> list[str]:
     """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given: a name matches
-    when it or one of its aliases does (``"*tiny*"`` finds ``swin_t`` through timm's name)."""
+    when it or one of its aliases does (``"*tiny*"`` finds ``swin_t`` through timm's name). As timm's filter: a
+    list of patterns matches any of them, and ``""`` filters nothing."""
     _ensure_loaded()
-    names = sorted(_configs)
-    if pattern is not None:
-        names = [n for n in names if any(fnmatch.fnmatchcase(k, pattern) for k in (n, *_configs[n].aliases))]
-    return names
+    configs = _configs
+    names = sorted(configs)
+    if not pattern:
+        return names
+    patterns = [pattern] if isinstance(pattern, str) else pattern
+    if not isinstance(patterns, (list, tuple)) or not all(isinstance(p, str) for p in patterns):
+        raise TypeError(f"list_models takes a pattern or a list of patterns (str), got {pattern!r}")
+    spellings = {name: (name, *configs[name].aliases) for name in names}
+    return [n for n in names if any(fnmatch.fnmatchcase(k, p) for p in patterns for k in spellings[n])]

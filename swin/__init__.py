@@ -30,6 +30,7 @@ _EXPORTS = {
     "optimize": ".optimized",
     "param_groups": ".optim",
     "register_model": ".registry",
+    "resolve_name": ".registry",
 }
 
 # submodules reachable as attributes after ``import swin`` (``swin.export.export_onnx``, ``swin.weights``)

@@ -7,8 +7,9 @@ from .registry import list_models as list_architectures
 __all__ = ["list_models"]
 
 
-def list_models(pattern: str | None = None, pretrained: bool = False) -> list[str]:
-    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given.
+def list_models(pattern: str | list[str] | None = None, pretrained: bool = False) -> list[str]:
+    """Registered architecture names, sorted, filtered by a shell-style ``pattern`` if given (as timm's filter: a
+    list of patterns matches any, ``""`` filters nothing).
 
     With ``pretrained=True``, the pretrained checkpoints of the weights manifest instead, as ``ARCH.TAG``
     names (``swin_t.ms_in1k``); ``pattern`` then matches those (``"swin_t"`` alone means ``"swin_t.*"``).

@@ -303,13 +303,19 @@ def has_tag(arch: str, tag: str) -> bool:
     return f"{resolve_name(arch)}.{tag}" in _entries
 
 
-def list_pretrained(pattern: str | None = None) -> list[str]:
+def list_pretrained(pattern: str | list[str] | tuple[str, ...] | None = None) -> list[str]:
     """``ARCH.TAG`` names, sorted, filtered by a shell-style ``pattern`` (``swin_t`` alone means ``swin_t.*``) on
-    the name or on the same name with a timm alias of the architecture (``'swin_tiny*'`` finds ``swin_t.*``)."""
+    the name or on the same name with a timm alias of the architecture (``'swin_tiny*'`` finds ``swin_t.*``); as
+    timm's filter, a list of patterns matches any of them and ``""`` filters nothing."""
     _ensure_loaded()
     names = sorted(_entries)
-    if pattern is None:
+    if not pattern:
         return names
+    if not isinstance(pattern, str):
+        if not isinstance(pattern, (list, tuple)) or not all(isinstance(p, str) for p in pattern):
+            raise TypeError(f"list_pretrained takes a pattern or a list of patterns (str), got {pattern!r}")
+        chosen = set().union(*(list_pretrained(p) for p in pattern))
+        return [n for n in names if n in chosen]
 
     def spellings(name: str) -> list[str]:
         entry = _entries[name]

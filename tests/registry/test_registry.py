@@ -159,3 +159,60 @@ def test_a_models_file_that_is_not_text_is_named(registry, tmp_path):
     path.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(ValueError, match=r"models\.yaml: not a YAML text file"):
         swin.register_model(path)
+
+
+def test_a_name_given_twice_in_one_file_is_refused(registry, tmp_path):
+    """PyYAML keeps the last of two equal keys without a word: the first definition was lost silently."""
+    path = tmp_path / "models.yaml"
+    path.write_text("my_a:\n  embed_dim: 96\nmy_a:\n  embed_dim: 128\n  num_heads: [4, 8, 16, 32]\n")
+    with pytest.raises(Exception, match=r"'my_a' given twice") as caught:
+        swin.register_model(path)
+    assert "line 3" in str(caught.value)
+    assert "my_a" not in swin.list_models()
+
+
+@pytest.mark.parametrize("alias", ["", "swin_t.ms_in1k", "my.model"])
+def test_aliases_follow_the_name_rules(registry, alias):
+    """An alias '' answered resolve_name(''), and 'swin_t.ms_in1k' made get_config disagree with create_model."""
+    with pytest.raises(ValueError, match=rf"alias {alias!r} must be non-empty and without '\.'"):
+        swin.register_model(name="mine", aliases=(alias,), **TINY)
+    with pytest.raises(TypeError, match="expects a list of names"):
+        swin.register_model(name="mine", aliases="mine_alias", **TINY)
+
+
+def test_replacing_an_entry_never_hides_its_aliases_from_readers(registry):
+    """Readers take no lock: an overwrite used to delete the old aliases before adding them back."""
+    import threading
+
+    swin.register_model(name="mine", aliases=("mine_alias",), **TINY)
+    failures, done = [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            try:
+                resolve_name("mine_alias")
+            except KeyError as error:
+                failures.append(error)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    for _ in range(1000):
+        swin.register_model(name="mine", aliases=("mine_alias",), overwrite=True, **TINY)
+    done.set()
+    for thread in readers:
+        thread.join()
+    assert failures == []
+
+
+def test_list_models_takes_timms_filters():
+    """A list of patterns matches any of them and "" filters nothing, as timm.list_models's filter."""
+    import timm
+
+    patterns = ["swin_tiny*", "swinv2_small*"]
+    expected = {swin.resolve_name(name) for name in timm.list_models(patterns)}
+    assert set(swin.list_models(patterns)) == expected and len(expected) == 3
+    assert swin.list_models("") == swin.list_models()
+    assert swin.list_models(["swin_t"], pretrained=True) == swin.list_models("swin_t", pretrained=True)
+    with pytest.raises(TypeError, match="a pattern or a list of patterns"):
+        swin.list_models(5)
