@@ -173,7 +173,8 @@ def _tagged(name: str, arch: str, tag: str) -> str:
 
 def get_config(name: str) -> SwinConfig:
     """The registered :class:`SwinConfig` of ``name`` (an alias works too)."""
-    return _configs[resolve_name(name)]
+    registered = resolve_name(name)  # first: it may load the registry, which replaces the tables
+    return _configs[registered]
 
 
 def list_models(pattern: str | list[str] | tuple[str, ...] | None = None) -> list[str]:

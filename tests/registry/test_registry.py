@@ -216,3 +216,15 @@ def test_list_models_takes_timms_filters():
     assert swin.list_models(["swin_t"], pretrained=True) == swin.list_models("swin_t", pretrained=True)
     with pytest.raises(TypeError, match="a pattern or a list of patterns"):
         swin.list_models(5)
+
+
+@pytest.mark.parametrize("call", ["get_config('swin_t')", "resolve_name('swin_t')", "list_models('swin_t')"])
+def test_the_first_lookup_in_a_fresh_process_finds_the_bundled_models(call):
+    """Loading the registry replaces its tables: a lookup that read them before loading found nothing."""
+    import subprocess
+    import sys
+
+    code = f"from swin.registry import get_config, list_models, resolve_name; print({call})"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert "swin_t" in result.stdout
