@@ -48,7 +48,7 @@ def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 1024, rounds: in
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     ways = [lambda: a @ b]
-    if device == "cpu" and torch.backends.mkldnn.is_available():
+    if device == "cpu" and torch.backends.mkldnn.is_available() and dtype in (torch.float32, torch.bfloat16):
         ways.append(lambda: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], ""))
     times = {way: [] for way in ways}
     for _ in range(rounds + 2):
@@ -325,7 +325,7 @@ def _selected_cases(args) -> list[Case]:
         size = _parse_size(args.img_size) if args.img_size else swin.get_config(arch).img_size
         batch = args.batch or 8
         kind, dtype_name = args.kind or "eval", args.dtype or "fp32"
-        dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+        dtype = _DTYPES[dtype_name]
         name = f"{arch} {kind} b{batch} {size[0]}x{size[1]} {dtype_name}"
         return [Case(name, arch, batch, tuple(size), dtype, kind)]
     cases = [c for c in DEFAULT_CASES if not args.only or any(s in c.name for s in args.only)]
@@ -408,6 +408,9 @@ def _check_options(args) -> None:
             )
 
 
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # --dtype's names
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).split(".")[-1]
 
@@ -484,7 +487,7 @@ def cmd_bench(args) -> int:
         return 0
     from swin.optimized import fastest_dtype
 
-    dtypes = dict.fromkeys((torch.float32, torch.bfloat16, fastest_dtype(args.device)))
+    dtypes = dict.fromkeys((torch.float32, torch.bfloat16, fastest_dtype(args.device), *(c.dtype for c in cases)))
     rate = {_dtype_name(dt): matmul_rate(dt, device=args.device) for dt in dtypes}
     print(_rate_line(rate, args.rounds), file=sys.stderr)
     if ways:
@@ -609,7 +612,11 @@ def register(sub) -> None:
         choices=("eval", "features", "train"),
         help="with --model: classifier inference (default), backbone features, or a training step",
     )
-    p.add_argument("--dtype", choices=("fp32", "bf16"), help="with --model: fp32 (default) or bf16 (autocast for all)")
+    p.add_argument(
+        "--dtype",
+        choices=tuple(_DTYPES),
+        help="with --model: fp32 (default), bf16 or fp16 (autocast for all; fp16 for GPUs before Ampere)",
+    )
     p.add_argument(
         "--ways",
         nargs="+",

@@ -387,3 +387,14 @@ def test_timm_at_a_size_where_its_windows_differ_is_left_out(capsys):
     ours = swin.create_model("swin_t", drop_path_rate=0.0)
     assert bench._timm_models(case, ours) == {}
     assert "timm left out (its model at this size has other shapes" in capsys.readouterr().err
+
+
+def test_a_model_case_runs_in_fp16_with_its_own_matmul_floor(capsys):
+    """--dtype fp16, for GPUs before Ampere (bf16 emulated there): a case under float16 autocast, its floor at
+    the float16 matmul rate (only fp32 and bf16 were offered)."""
+    from swin.tools.cli import main
+
+    args = ["bench", "--model", "swin_t", "--dtype", "fp16", "--batch", "1", "--img-size", "64", "--rounds", "1"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "float16" in captured.err and "swin_t eval b1 64x64 fp16" in captured.out
