@@ -352,7 +352,8 @@ def _overlay_source(overlay: dict[str, Any], pretrained: Any, name: str) -> Any:
     source = source if source is not None else overlay.get("url") or None
     tag = name.partition(".")[2]
     mismatch = tag and source is not None and source == _manifest_tag(name, overlay) and source != tag
-    if mismatch or (source is not None and pretrained is not True and source != pretrained):
+    same = isinstance(source, str) and source == pretrained  # (never ==: a state dict's tensors cannot say)
+    if mismatch or (source is not None and pretrained is not True and not same):
         raise ValueError(
             f"create_model({name!r}, pretrained={str(pretrained)[:40]!r}) and pretrained_cfg_overlay's weights "
             f"({str(source)[:60]}) name two different weights; pass pretrained=True (and the name without a tag) to "
