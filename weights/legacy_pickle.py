@@ -20,6 +20,8 @@ from typing import IO, Any
 
 import torch
 
+from .pickle_shape import UnpicklerStack
+
 __all__ = ["Claims", "read_claims"]
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # the first pickle of torch's old format
@@ -66,12 +68,13 @@ def _element_size(storage_type: Any) -> int:
     return _LARGEST_ELEMENT
 
 
-class _Machine:
+class _Machine(UnpicklerStack):
+    """The unpickler's stack with literals kept (numbers, strings, globals, tuples and lists of them) and every
+    other object opaque; the storage claims met on the way."""
+
     def __init__(self) -> None:
-        self.stack: list[Any] = []
-        self.marks: list[list[Any]] = []
-        self.memo: dict[int, Any] = {}
-        self.storages: dict[str, int] = {}
+        super().__init__()
+        self.storages: dict[Any, int] = {}
 
     def step(self, name: str, arg: Any) -> bool:
         """Apply one opcode; False at STOP or at an opcode torch's weights-only reader refuses."""
@@ -142,18 +145,6 @@ class _Machine:
         if isinstance(target, list):
             target.extend(items)
 
-    def _pop(self, count: int) -> list[Any]:
-        if len(self.stack) < count:
-            raise IndexError("the stack is empty")
-        items = self.stack[len(self.stack) - count :]
-        del self.stack[len(self.stack) - count :]
-        return items
-
-    def _pop_mark(self) -> list[Any]:
-        items = self.stack
-        self.stack = self.marks.pop()
-        return items
-
 
 def _run(stream: IO[bytes], machine: _Machine) -> tuple[bool, Any]:
     """One pickle from ``stream``'s position: (ended with STOP, the value it left)."""
@@ -180,7 +171,7 @@ def read_claims(stream: IO[bytes]) -> Claims | None:
     machine = _Machine()
     values = []
     for index in range(5):
-        machine.stack, machine.marks, machine.memo = [], [], {}
+        machine.stack, machine.marks, machine.memo = [], [], {}  # each pickle has its own
         ended, value = _run(stream, machine)
         if index == 0 and (not ended or value != MAGIC_NUMBER):
             return None  # a plain pickle: torch.load stops at the magic number

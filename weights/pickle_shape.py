@@ -21,7 +21,7 @@ import pickletools
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["MAX_DEPTH", "MAX_OBJECTS", "BadShape", "check_loaded", "scan"]
+__all__ = ["MAX_DEPTH", "MAX_OBJECTS", "BadShape", "UnpicklerStack", "check_loaded", "scan"]
 
 MAX_DEPTH = 32
 MAX_OBJECTS = 2_000_000
@@ -123,14 +123,34 @@ class _Graph:
             raise _too_many()
 
 
-class _Scanner:
+class UnpicklerStack:
+    """The unpickler's stack, marks and memo, holding whatever stands for its objects: what a reader that
+    follows the opcodes without building objects needs (this module's scan, :mod:`.legacy_pickle`)."""
+
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+        self.marks: list[list[Any]] = []
+        self.memo: dict[int, Any] = {}
+
+    def _pop(self, count: int) -> list[Any]:
+        if len(self.stack) < count:
+            raise IndexError("the stack is empty")
+        items = self.stack[len(self.stack) - count :]
+        del self.stack[len(self.stack) - count :]
+        return items
+
+    def _pop_mark(self) -> list[Any]:
+        items = self.stack
+        self.stack = self.marks.pop()
+        return items
+
+
+class _Scanner(UnpicklerStack):
     """Follows the unpickler's stack, memo and marks, with graph nodes in place of objects."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.graph = _Graph()
-        self.stack: list[int] = []
-        self.marks: list[list[int]] = []
-        self.memo: dict[int, int] = {}
 
     def step(self, name: str, arg: Any) -> bool:
         """Apply one opcode; False once the pickle ends or the unpickler would refuse the opcode."""
@@ -184,18 +204,6 @@ class _Scanner:
                     return opcode.name == "STOP"
             except (IndexError, KeyError):
                 raise BadShape(f"is malformed: {opcode.name} at byte {position} refers to nothing") from None
-
-    def _pop(self, count: int) -> list[int]:
-        if len(self.stack) < count:
-            raise IndexError("the stack is empty")
-        items = self.stack[len(self.stack) - count :]
-        del self.stack[len(self.stack) - count :]
-        return items
-
-    def _pop_mark(self) -> list[int]:
-        items = self.stack
-        self.stack = self.marks.pop()
-        return items
 
 
 def scan(stream: IO[bytes]) -> bool:
