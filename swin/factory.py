@@ -342,8 +342,8 @@ def _overlay_source(overlay: dict[str, Any], pretrained: Any, name: str) -> Any:
     if pretrained is False or pretrained is None:
         return None
     source = next((overlay[key] for key in ("state_dict", "file") if overlay.get(key)), None)
-    if source is None:
-        source = _manifest_tag(name, overlay)
+    manifest_tag = _manifest_tag(name, overlay) if source is None else None
+    source = manifest_tag if source is None else source
     if source is None and overlay.get("hf_hub_id"):
         raise ValueError(
             "pretrained_cfg_overlay names hf_hub_id, but the Hugging Face Hub is not a source here; download "
@@ -351,7 +351,7 @@ def _overlay_source(overlay: dict[str, Any], pretrained: Any, name: str) -> Any:
         )
     source = source if source is not None else overlay.get("url") or None
     tag = name.partition(".")[2]
-    mismatch = tag and source is not None and source == _manifest_tag(name, overlay) and source != tag
+    mismatch = tag and manifest_tag is not None and manifest_tag != tag
     same = isinstance(source, str) and source == pretrained  # (never ==: a state dict's tensors cannot say)
     if mismatch or (source is not None and pretrained is not True and not same):
         raise ValueError(
