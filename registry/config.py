@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 
@@ -86,9 +87,9 @@ class SwinConfig:
             raise ValueError(f"num_heads must be positive in every stage, got {self.num_heads}")
         if len(self.img_size) != 2 or any(side < 1 for side in self.img_size):
             raise ValueError(f"img_size must be (height, width) in pixels, both positive, got {self.img_size}")
-        if not self.mlp_ratio > 0:
+        if not 0 < self.mlp_ratio < math.inf:
             raise ValueError(
-                f"mlp_ratio must be positive (the MLP's hidden width over its input's), got {self.mlp_ratio}"
+                f"mlp_ratio must be positive and finite (the MLP's hidden width over its input's), got {self.mlp_ratio}"
             )
         for name in ("drop_rate", "proj_drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate"):
             if not 0 <= getattr(self, name) < 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import io
 import os
 import threading
 from importlib import resources
@@ -38,8 +39,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+def _read_yaml(text: str, source: str) -> Any:
+    """The YAML in ``text``; an error's marks name ``source`` (the file) and its line."""
+    stream = io.StringIO(text)
+    stream.name = source  # what PyYAML names in its marks
+    return yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 _lock = threading.Lock()
@@ -56,7 +60,7 @@ def _ensure_loaded() -> None:
         if _loaded:
             return
         text = resources.files(__package__).joinpath("models.yaml").read_text()
-        _load_entries(_read_yaml(text), source="the bundled registry", overwrite=False)
+        _load_entries(_read_yaml(text, "models.yaml"), source="the bundled registry", overwrite=False)
         _loaded = True
 
 
@@ -130,7 +134,7 @@ def register_model(
                     f"{os.fspath(config)}: not a YAML text file (not UTF-8 at byte {error.start}); give the "
                     "models file in the format of the bundled models.yaml"
                 ) from None
-            return _load_entries(_read_yaml(text), source=os.fspath(config), overwrite=overwrite)
+            return _load_entries(_read_yaml(text, os.fspath(config)), source=os.fspath(config), overwrite=overwrite)
         if isinstance(config, dict):
             fields = {**config, **fields}
             config = None

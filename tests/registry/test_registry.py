@@ -228,3 +228,16 @@ def test_the_first_lookup_in_a_fresh_process_finds_the_bundled_models(call):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-500:]
     assert "swin_t" in result.stdout
+
+
+def test_a_models_file_error_names_the_file_from_python_too(registry, tmp_path):
+    """The command line said which file and line; register_model(path) said '<unicode string>'."""
+    path = tmp_path / "broken.yaml"
+    path.write_text("my_a:\n  embed_dim: [1,\n")
+    with pytest.raises(Exception, match=rf'in "{path}", line 3'):
+        swin.register_model(path)
+
+
+def test_an_infinite_mlp_ratio_is_refused_when_registered(registry):
+    with pytest.raises(ValueError, match="mlp_ratio must be positive and finite"):
+        swin.register_model(name="mine", mlp_ratio=float("inf"), **TINY)
