@@ -270,6 +270,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         "data": os.fspath(args.data),
         "num_images": n,
         "num_class_folders": len(images),
+        # folders without an image: left out (classes are mapped by folder name, so no index shifts; torchvision's
+        # ImageFolder refuses them), and said
+        "empty_class_folders": sorted(p.name for p in Path(args.data).iterdir() if p.is_dir() and p.name not in images),
         "num_classes": model.num_classes,
         "top1": 100.0 * counts["correct_top1"] / n,
         "top5": 100.0 * counts["correct_top5"] / n,  # top-k with k = topk (fewer than 5 classes: all of them)
@@ -300,6 +303,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     k = counts["topk"]
     print(f"{result['model']}" + (f".{result['tag']}" if result["tag"] else "") + f"  ({result['weights']})")
     print(f"  data          {result['data']}: {n} images, {len(images)} class folders")
+    if result["empty_class_folders"]:
+        empty = result["empty_class_folders"]
+        shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
+        print(f"  left out      {len(empty)} folder(s) without an image: {shown}")
     print(f"  top-1         {result['top1']:.3f}%  ({counts['correct_top1']}/{n})")
     print(f"  top-{k}         {result['top5']:.3f}%  ({counts['correct_top5']}/{n})")
     if result["published"]:

@@ -297,3 +297,15 @@ def test_devices_it_does_not_run_on_are_refused_before_anything_loads(tmp_path, 
     code, out, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--device", device)
     assert code == 2 and out == ""
     assert f"--device {device}: swin validate runs on cpu or cuda" in err
+
+
+def test_a_class_folder_without_images_is_named_not_dropped_silently(ten_class_set, capsys):
+    """torchvision's ImageFolder refuses an empty class folder; here classes are mapped by folder name, so it
+    changes no index and is left out, and the report says so (it said nothing: 10 folders counted as 9)."""
+    root, checkpoint = ten_class_set
+    (root / "7_empty").mkdir()
+    code, out, err = run(capsys, ARCH, "--data", root, "--checkpoint", checkpoint, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["empty_class_folders"] == ["7_empty"] and json.loads(out)["correct_top1"] == 16
+    code, out, err = run(capsys, ARCH, "--data", root, "--checkpoint", checkpoint)
+    assert "left out      1 folder(s) without an image: 7_empty" in out
