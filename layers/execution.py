@@ -332,7 +332,7 @@ def window_sdpa(
         )
     bias = merged_bias(position_bias, mask)
     masked = mask is not None
-    if ours and (_transformed(traced) or scale is None and _matmul_attention_pays(q)):
+    if ours and ((not traced and _transforming()) or scale is None and _matmul_attention_pays(q)):
         # Under autocast the bias keeps its float32 and the scores, softmax and its backward follow, as in
         # timm's and torchvision's attention under autocast (their float32 bias promotes the scores too).
         if not torch.is_autocast_enabled(q.device.type):
@@ -375,8 +375,7 @@ def _fused_attention_pays(
     return (
         all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in (q, k, v, position_bias))
         and not users_code_around()  # a mode sees the ops the kernel's one call would hide
-        and torch._C._functorch.peek_interpreter_stack() is None
-        and torch.autograd.forward_ad._current_level == -1
+        and not _transforming()
         and window_kernel.available()
     )
 
@@ -427,13 +426,12 @@ def attention_scores(
     return scores.reshape(batch * windows, heads, n, n)
 
 
-def _transformed(traced: bool) -> bool:
-    """Whether a torch.func transform (grad, jacrev, jacfwd, vmap) or forward-mode AD is running eagerly: ATen's
-    fused CPU attention has neither a derivative for its mask there (the position bias, a parameter) nor forward
-    AD, so attention runs as matmuls and a softmax, as timm's unfused attention always does."""
-    return not traced and (
-        torch._C._functorch.peek_interpreter_stack() is not None or torch.autograd.forward_ad._current_level != -1
-    )
+def _transforming() -> bool:
+    """Whether a torch.func transform (grad, jacrev, jacfwd, vmap) or forward-mode AD is running (eager): our
+    fused kernel hides the aten ops they need, and ATen's fused CPU attention has neither a derivative for its
+    mask there (the position bias, a parameter) nor forward AD, so attention runs as matmuls and a softmax, as
+    timm's unfused attention always does."""
+    return torch._C._functorch.peek_interpreter_stack() is not None or torch.autograd.forward_ad._current_level != -1
 
 
 def _matmul_attention(
