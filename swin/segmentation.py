@@ -36,6 +36,19 @@ if TYPE_CHECKING:
 
 __all__ = ["TransformersBackbone", "convert_upernet", "from_transformers", "upernet"]
 
+
+def _transformers():
+    """transformers (UperNet's head and its configs), imported on first use, with what to install without it."""
+    try:
+        import transformers
+    except ImportError:
+        raise ImportError(
+            "swin.segmentation builds transformers' UperNet: pip install 'swin[segmentation]' (or pip install "
+            "transformers)"
+        ) from None
+    return transformers
+
+
 # Where the backbone sits in our UperNet's state dict: ``model.backbone.body`` (as ``SwinFPN.body``).
 _OURS = "backbone.body."
 # transformers' SwinModel keeps the classifier's final LayerNorm even inside SwinBackbone, which never uses it
@@ -105,7 +118,7 @@ class TransformersBackbone(nn.Module):
 def _transformers_config(body: SwinBackbone, out_features: list[str]) -> PretrainedConfig:
     """transformers' description (``SwinConfig`` / ``Swinv2Config``) of our backbone's architecture, kept as
     ``model.config.backbone_config`` so that the config says what the model is."""
-    import transformers
+    transformers = _transformers()
 
     c = body.config
     if not isinstance(c.window_size, int):  # transformers' configs hold one window side (an int)
@@ -139,7 +152,7 @@ def _assemble(
 ):
     """UperNet for ``config`` (a ``UperNetConfig``) with ``body`` as its backbone, optionally loaded; the
     auxiliary head reads feature map ``auxiliary_index`` (transformers' head always reads 2)."""
-    import transformers
+    transformers = _transformers()
 
     backbone = TransformersBackbone(body)
     described = config.backbone_config
@@ -270,7 +283,7 @@ def upernet(
             stage 2 among ``out_indices``; a checkpoint that does not fit.
         TypeError: create_model arguments together with a backbone already built.
     """
-    import transformers
+    transformers = _transformers()
 
     head = {k: kwargs.pop(k) for k in list(kwargs) if k in _head_fields(transformers.UperNetConfig)}
     if id2label is not None:
@@ -363,7 +376,7 @@ def from_transformers(
             GELU and LayerNorm eps 1e-5 and no absolute position embedding, which is what this conversion
             reproduces exactly.
     """
-    import transformers
+    transformers = _transformers()
 
     if isinstance(reference, (str, os.PathLike)) and os.path.isdir(reference):
         if state_dict is not None:

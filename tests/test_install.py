@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a build reads: the packages pyproject.toml maps under swin, pyproject.toml and the readme it names.
-SOURCES = ("swin", "layers", "registry", "weights", "tools", "pyproject.toml", "README.md")
+SOURCES = ("swin", "layers", "registry", "weights", "tools", "pyproject.toml", "README.md", "LICENSE")
 
 
 def test_plain_install_imports_from_elsewhere(tmp_path):
@@ -49,3 +55,67 @@ def test_plain_install_imports_from_elsewhere(tmp_path):
     assert out[0].startswith(str(target)) and out[1] == "swin_b"
     # the fused attention kernel's source, which swin.layers.window_kernel builds on first use
     assert (target / "swin" / "layers" / "window_attention.cpp").is_file()
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_every_imported_library_is_declared():
+    # Each third-party module the package imports, anywhere in its code, belongs to a distribution that
+    # pyproject.toml names (a dependency or an extra), not one that arrives only because timm needs it.
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_requirement_name(r) for r in project["dependencies"]}
+    declared |= {_requirement_name(r) for extra in project["optional-dependencies"].values() for r in extra}
+    imported = set()
+    for package in ("swin", "layers", "registry", "weights", "tools"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    imported |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    imported.add(node.module.split(".")[0])
+    distributions = importlib.metadata.packages_distributions()
+    third_party = imported - set(sys.stdlib_module_names) - {"swin"}
+    undeclared = {
+        module: distributions.get(module)
+        for module in third_party
+        if not {d.lower().replace("_", "-") for d in distributions.get(module, [module])} & declared
+    }
+    assert not undeclared
+
+
+def test_segmentation_without_transformers_says_what_to_install(monkeypatch):
+    from swin.segmentation import upernet
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed: import raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'swin\[segmentation\]'"):
+        upernet("swin_t", num_labels=3)
+
+
+def test_source_distribution_carries_the_tests_and_license(tmp_path):
+    # What a packager runs the suite from: every file under tests/ (conftest.py and the subpackages included),
+    # the docs scripts and examples the tests read, and the license text.
+    build_meta = pytest.importorskip("setuptools.build_meta")
+    source = tmp_path / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in (*SOURCES, "MANIFEST.in", "tests", "docs", "examples"):
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    cwd = os.getcwd()
+    os.chdir(source)
+    try:
+        archive = dist / build_meta.build_sdist(str(dist))
+    finally:
+        os.chdir(cwd)
+    with tarfile.open(archive) as tar:
+        shipped = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    tests = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*") if p.is_file()}
+    tests = {t for t in tests if "__pycache__" not in t and not t.endswith(".pyc")}
+    assert tests - shipped == set()
+    assert {"LICENSE", "docs/gpu_check.sh", "examples/finetune.py"} <= shipped
