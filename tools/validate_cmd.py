@@ -46,6 +46,20 @@ class DatasetError(ValueError):
     """The folder is not an ImageFolder this model can be scored on; the message says what was found."""
 
 
+def _files_under(folder: Path) -> list[Path]:
+    """The files anywhere under ``folder``, through linked folders too (as torchvision's ImageFolder walks:
+    ``os.walk(followlinks=True)``), each real folder once (a link back up is not a loop)."""
+    seen, files = set(), []
+    for top, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        files += [Path(top, name) for name in names if os.path.isfile(os.path.join(top, name))]
+    return files
+
+
 def find_images(root: str | os.PathLike) -> dict[str, list[Path]]:
     """Class folder name -> its image files (sorted), for every class folder of ``root`` holding images.
 
@@ -57,7 +71,7 @@ def find_images(root: str | os.PathLike) -> dict[str, list[Path]]:
         raise DatasetError(f"--data {root}: no such directory")
     found = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+        files = sorted(p for p in _files_under(folder) if p.suffix.lower() in IMAGE_EXTENSIONS)
         if files:
             found[folder.name] = files
     if not found:

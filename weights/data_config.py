@@ -147,7 +147,7 @@ class PretrainedCfg(dict):
         if model is None:  # the model is gone: an ordinary dict
             dict.update(self, values)
             return
-        check_preprocessing(values, "pretrained_cfg")
+        check_preprocessing(values, "pretrained_cfg", model.config.in_chans)
         values = _plain(values)
         derived = _derived(model)
         pinned = dict(_pinned(model))
@@ -156,7 +156,7 @@ class PretrainedCfg(dict):
                 pinned.pop(key, None)
             else:
                 pinned[key] = value
-        setattr(model, _USER, pinned or None)
+        _pin(model, pinned)
         self._refresh(model)
 
     def _unset(self, keys: list[str]) -> None:
@@ -180,10 +180,12 @@ _USER = "_loaded_cfg"
 _MISSING = object()
 
 
-def check_preprocessing(values: Mapping[str, Any], origin: str) -> None:
+def check_preprocessing(values: Mapping[str, Any], origin: str, channels: int | None = None) -> None:
     """Refuse preprocessing entries that no transform can use, naming ``origin`` (where they came from) and the
-    entry: sizes of three positive ints, crops in (0, 1] of a finite number... Entries it does not know, and
-    None, pass as they are (timm's pretrained_cfg carries free-form ones: license, notes, ...)."""
+    entry: sizes of three positive ints, crops in (0, 1] of a finite number, one mean and std per channel (of
+    ``input_size`` where ``values`` has one, else ``channels`` where given; a single value serves all)...
+    Entries it does not know, and None, pass as they are (timm's pretrained_cfg carries free-form ones: license,
+    notes, ...)."""
 
     def fail(key: str, expected: str) -> None:
         raise ValueError(f"{origin} {key} is {values[key]!r}; expected {expected}")
@@ -204,14 +206,20 @@ def check_preprocessing(values: Mapping[str, Any], origin: str) -> None:
             isinstance(value, (list, tuple)) and value and all(_number(v) and (key == "mean" or v > 0) for v in value)
         ):
             fail(key, f"one number per channel{', each positive' if key == 'std' else ''}, e.g. (0.5, 0.5, 0.5)")
+    if _ints(values.get("input_size"), 3):
+        channels = values["input_size"][0]
+    for key in ("mean", "std"):
+        if values.get(key) is not None and channels is not None and len(values[key]) not in (1, channels):
+            fail(key, f"{channels} numbers, one per input channel (or one for all)")
     if values.get("interpolation") is not None and values["interpolation"] not in _INTERPOLATIONS:
         fail("interpolation", "one of " + ", ".join(repr(mode) for mode in _INTERPOLATIONS))
     if values.get("crop_mode") is not None and values["crop_mode"] not in ("center", "squash", "border"):
         fail("crop_mode", "one of 'center', 'squash', 'border' (timm's)")
 
 
-# What torchvision's InterpolationMode (and so timm's evaluation transform) takes by name.
-_INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "nearest-exact", "box", "hamming", "lanczos")
+# What timm's evaluation transform takes by name (timm's str_to_interp_mode: torchvision's InterpolationMode
+# without "nearest-exact", which timm's transforms refuse).
+_INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "box", "hamming", "lanczos")
 
 
 def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -312,11 +320,23 @@ def _pinned(model: nn.Module) -> Mapping[str, Any]:
 def set_pretrained_cfg(model: nn.Module, values: Mapping[str, Any] | None) -> None:
     """``model.pretrained_cfg = values``: keep the values that differ from what the model reports now (so that
     assigning back a copy with one change pins that one only); None forgets them all."""
-    check_preprocessing(values or {}, "pretrained_cfg")
+    check_preprocessing(values or {}, "pretrained_cfg", model.config.in_chans)
     values = _plain(values or {})
     derived = _derived(model)
     pinned = {k: v for k, v in (values or {}).items() if not _same(v, derived.get(k, _MISSING))}
-    setattr(model, _USER, pinned or None)
+    _pin(model, pinned)
+
+
+def _pin(model: nn.Module, pinned: Mapping[str, Any]) -> None:
+    """Keep ``pinned`` as your values, unless the resize they make disagrees with the crop (timm reads
+    ``crop_pct`` alone): then the values before stay, and the error says what to set."""
+    before = getattr(model, _USER, None)
+    setattr(model, _USER, dict(pinned) or None)
+    try:
+        resize_box(pretrained_cfg(model))
+    except ValueError as error:
+        setattr(model, _USER, before)
+        raise ValueError(f"pretrained_cfg {error}") from None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -359,16 +379,18 @@ def create_transform(config: dict[str, Any]):
     aspect ratio, "border" to fit inside it, padding with the mean colour. Then scale to [0, 1] and normalise
     with ``mean``/``std``, all with ``interpolation``.
 
+    Without ``resize_size`` (timm's own config dicts), the resize is timm's ``floor(input / crop_pct)``.
+
     Raises:
-        ValueError: ``resize_size`` is one side for a non-square ``input_size`` (the image would not cover the
-            crop: black bars), or an unknown ``crop_mode``.
+        ValueError: ``resize_size`` and ``crop_pct`` disagree, or ``resize_size`` is one side for a non-square
+            ``input_size`` (see :func:`resize_box`), or an unknown ``crop_mode``.
     """
     from torchvision import transforms
 
     _, height, width = config["input_size"]
     mode = transforms.InterpolationMode(config["interpolation"])
     crop_mode = config.get("crop_mode") or "center"
-    box = _resize_box(config, height, width)
+    box = resize_box(config)
     if crop_mode == "center" and box[0] == box[1]:  # the square case: the shorter side to resize_size
         resize, crop = transforms.Resize(box[0], interpolation=mode), transforms.CenterCrop((height, width))
     elif crop_mode == "center":  # to cover the box, keeping the aspect ratio (timm's own transform)
@@ -392,9 +414,44 @@ def create_transform(config: dict[str, Any]):
     )
 
 
-def _resize_box(config: Mapping[str, Any], height: int, width: int) -> tuple[int, int]:
+def resize_box(config: Mapping[str, Any]) -> tuple[int, int]:
+    """The (H, W) box the evaluation transform resizes to before its crop: ``resize_size`` (one side for a square
+    input, else a [height, width] box), else timm's ``floor(input / crop_pct)`` from ``crop_pct``.
+
+    Raises:
+        ValueError: neither is given; ``resize_size`` and ``crop_pct`` disagree (timm's transform reads
+            ``crop_pct`` alone, so one of them would be silently ignored); or ``resize_size`` is one side for a
+            non-square ``input_size`` (the image would not cover the crop: black bars).
+    """
+    _, height, width = config["input_size"]
+    crop_pct = config.get("crop_pct")
+    timm = None  # what timm's create_transform resizes to for this crop
+    if _number(crop_pct) and 0 < crop_pct <= 1:
+        timm = (math.floor(height / crop_pct), math.floor(width / crop_pct))
+    size = config.get("resize_size")
+    if size is None:
+        if timm is None:
+            raise ValueError(
+                "the preprocessing config has neither resize_size nor crop_pct; give crop_pct (timm's: the crop's "
+                "share of the resized image, 0.9 for Swin)"
+            )
+        return timm
+    box = _box(size, height, width, timm)
+    if timm is not None and box != timm:
+        side = timm[0] if height == width else list(timm)
+        fits = round(height / (box[0] + 0.5), 6)  # a crop whose floor(input / crop) is the box
+        fits = fits if (math.floor(height / fits), math.floor(width / fits)) == box else None
+        raise ValueError(
+            f"resize_size {size!r} and crop_pct {crop_pct} disagree: crop_pct resizes to {side} "
+            f"(floor(input / crop_pct), as timm's transform, which reads crop_pct alone); leave resize_size out to "
+            "follow crop_pct, or "
+            + (f"set crop_pct to {fits}, which resizes to {size!r}" if fits else "set the crop_pct that resizes to it")
+        )
+    return box
+
+
+def _box(size: Any, height: int, width: int, timm: tuple[int, int] | None) -> tuple[int, int]:
     """``resize_size`` as an (H, W) box; a single side (an int) is a square box, refused for a non-square input."""
-    size = config["resize_size"]
     if isinstance(size, (list, tuple)):
         if len(size) == 1:
             size = size[0]
@@ -403,16 +460,10 @@ def _resize_box(config: Mapping[str, Any], height: int, width: int) -> tuple[int
         else:
             raise ValueError(f"resize_size {size!r}: expected one side or a [height, width] box")
     if height != width:
-        crop_pct = config.get("crop_pct")
-        timm = (
-            f" (timm's: [floor({height} / crop_pct), floor({width} / crop_pct)] = "
-            f"{[math.floor(height / crop_pct), math.floor(width / crop_pct)]})"
-            if isinstance(crop_pct, (int, float)) and crop_pct > 0
-            else ""
-        )
+        hint = f" (timm's: {list(timm)})" if timm else ""
         raise ValueError(
             f"resize_size {size} is one side, but input_size {height}x{width} is not square: the resized image "
-            f"would not cover the crop (black bars); give resize_size as a [height, width] box{timm}, or leave it "
+            f"would not cover the crop (black bars); give resize_size as a [height, width] box{hint}, or leave it "
             "out of the model's pretrained_cfg to have it derived from crop_pct"
         )
     return (int(size), int(size))

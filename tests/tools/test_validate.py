@@ -309,3 +309,22 @@ def test_a_class_folder_without_images_is_named_not_dropped_silently(ten_class_s
     assert json.loads(out)["empty_class_folders"] == ["7_empty"] and json.loads(out)["correct_top1"] == 16
     code, out, err = run(capsys, ARCH, "--data", root, "--checkpoint", checkpoint)
     assert "left out      1 folder(s) without an image: 7_empty" in out
+
+
+def test_images_under_linked_folders_are_found_as_imagefolder_finds_them(tmp_path):
+    """torchvision's ImageFolder walks linked folders inside a class folder (os.walk(followlinks=True)); they
+    were skipped silently. A link back up the tree is walked once, not looped."""
+    from torchvision.datasets import ImageFolder
+
+    from swin.tools.validate_cmd import find_images
+
+    root, elsewhere = tmp_path / "val", tmp_path / "elsewhere"
+    (root / "n01").mkdir(parents=True)
+    elsewhere.mkdir()
+    Image.new("RGB", (8, 8)).save(root / "n01" / "a.png")
+    Image.new("RGB", (8, 8)).save(elsewhere / "b.png")
+    (root / "n01" / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "up").symlink_to(elsewhere, target_is_directory=True)  # a loop
+    theirs = sorted(path for path, _ in ImageFolder(str(root)).samples if "/up/" not in path)
+    assert sorted(str(p) for p in find_images(root)["n01"]) == theirs
+    assert len(theirs) == 2

@@ -187,6 +187,11 @@ def test_user_values_do_not_freeze_what_the_model_derives():
         ({"mean": "0.5"}, "mean is '0.5'"),
         ({"std": (0.5, 0.0, 0.5)}, r"std is \(0.5, 0.0, 0.5\)"),
         ({"interpolation": "cubic"}, "interpolation is 'cubic'"),
+        # timm's transforms know no nearest-exact (KeyError inside create_transform)
+        ({"interpolation": "nearest-exact"}, "interpolation is 'nearest-exact'"),
+        ({"mean": (0.5, 0.5)}, r"mean is \(0.5, 0.5\); expected 3 numbers"),  # two means for three channels
+        # timm reads crop_pct alone: a resize it would not make (timm's for 0.9 is 248) is refused, not ignored
+        ({"resize_size": 300}, "resize_size 300 and crop_pct 0.9 disagree"),
     ],
 )
 def test_preprocessing_no_transform_takes_is_refused_when_set(values, named):
@@ -202,7 +207,38 @@ def test_preprocessing_no_transform_takes_is_refused_when_set(values, named):
         swin.create_model(
             "swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1), pretrained_cfg_overlay=values
         )
-    assert model.pretrained_cfg["crop_pct"] == 0.9  # unchanged
+    assert model.pretrained_cfg["crop_pct"] == 0.9 and model.pretrained_cfg["resize_size"] == 248  # unchanged
+
+
+def test_the_resize_follows_an_edited_crop_as_timms_transform_does():
+    """timm's create_transform resizes to floor(size / crop_pct) and reads no resize_size; a data_config whose
+    crop was edited is refused rather than resized by the stale resize_size (it resized to 248 for crop 1.0),
+    and without resize_size (timm's own config dicts, which raised KeyError) it is timm's transform."""
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False)
+    config = swin.data_config("swin_t")
+    config["crop_pct"] = 1.0
+    with pytest.raises(ValueError, match="resize_size 248 and crop_pct 1.0 disagree: crop_pct resizes to 224"):
+        create_transform(config)
+    del config["resize_size"]
+    theirs = resolve_data_config({"crop_pct": 1.0}, model=model)
+    image = _noise_image(300, 260)
+    torch.testing.assert_close(create_transform(config)(image), timm_transform(**theirs)(image), rtol=0, atol=0)
+    torch.testing.assert_close(create_transform(theirs)(image), timm_transform(**theirs)(image), rtol=0, atol=0)
+    # the crop the error suggests makes the resize asked for, in timm's transform too
+    ours = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match="set crop_pct to ([0-9.]+), which resizes to 300") as refused:
+        ours.pretrained_cfg = {"resize_size": 300}
+    crop = float(refused.value.args[0].rsplit("set crop_pct to ", 1)[1].split(",")[0])
+    ours.pretrained_cfg = {"resize_size": 300, "crop_pct": crop}
+    assert timm_transform(**resolve_model_data_config(ours)).transforms[0].size == 300
+
+
+def _noise_image(height: int, width: int):
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(height * width)
+    pixels = torch.randint(0, 256, (height, width, 3), dtype=torch.uint8, generator=generator)
+    return Image.fromarray(pixels.numpy())
 
 
 def test_numpy_numbers_are_numbers():
