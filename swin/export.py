@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from .atomic import atomic_output, check_output
 from .backbone import SwinBackbone
 from .layers.semantics import get_semantics
 from .trunk import SwinTrunk
@@ -237,13 +239,34 @@ def static_shape(
 
 
 def _example(model: SwinTrunk, shape: tuple[int, int], batch: int) -> torch.Tensor:
+    """An input to trace with, drawn from a generator of its own (the caller's random stream is left as it is)."""
     parameter = next(model.parameters())
-    return torch.randn(batch, model.in_chans, *shape, device=parameter.device, dtype=parameter.dtype)
+    generator = torch.Generator().manual_seed(0)
+    example = torch.randn(batch, model.in_chans, *shape, generator=generator)
+    return example.to(device=parameter.device, dtype=parameter.dtype)
 
 
 def _require_swin(model: nn.Module) -> None:
     if not isinstance(model, SwinTrunk):
-        raise TypeError(f"expected a swin model (SwinTransformer or SwinBackbone), got {type(model).__name__}")
+        hint = (
+            ": export the model it runs (its .model)"
+            if isinstance(getattr(model, "model", None), SwinTrunk)  # swin.optimize's OptimizedModel
+            else ""
+        )
+        raise TypeError(f"expected a swin model (SwinTransformer or SwinBackbone), got {type(model).__name__}{hint}")
+
+
+@contextlib.contextmanager
+def _in_eval(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode for an export, each module's own mode restored afterwards (a model exported in
+    the middle of training trains on with its dropout and drop_path), whether the export worked or not."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def export_program(
@@ -254,14 +277,13 @@ def export_program(
     """``torch.export`` of a classifier or backbone with dynamic batch (1..max_batch; ``max_batch=1``: a static
     batch of 1) and dynamic height and width: multiples of 32 within ``size_range``, one (min, max) for both
     sides or ((min, max), (min, max)) for height and width (default: each axis' :func:`dynamic_size_range`; a
-    range one graph cannot serve is refused, see :func:`check_size_ranges`). Eval mode. The program itself
-    refuses other sizes and batches."""
+    range one graph cannot serve is refused, see :func:`check_size_ranges`). Eval mode (the model's own modes
+    are restored afterwards); the model's dtype. The program itself refuses other sizes and batches."""
     _require_swin(model)
     _check_batch(max_batch)
     heights, widths = check_size_ranges(model, size_range)
-    model.eval()
     example = _example(model, example_shape(model, size_range), _example_batch(max_batch))
-    with _size_oblivious():
+    with _in_eval(model), _size_oblivious():
         return torch.export.export(model, (example,), dynamic_shapes=_dynamic_shapes(max_batch, heights, widths))
 
 
@@ -344,6 +366,7 @@ def export_onnx(
     size_range: tuple[int, int] | tuple[tuple[int, int], tuple[int, int]] | None = None,
     dynamic: bool = True,
     metadata: Mapping[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> str:
     """Write an ONNX file of a classifier or backbone (opset of torch's dynamo exporter; standard ops only).
 
@@ -359,8 +382,17 @@ def export_onnx(
     one range), ``size_multiple``, ``valid_sizes`` and ``max_batch``, plus ``metadata`` (e.g. the
     preprocessing of the weights: ``mean``, ``std``, ``crop_pct``, ...; non-strings JSON-encoded).
     Requires ``onnx`` and ``onnxscript`` (``pip install 'swin[onnx]'``).
+
+    The graph computes in ``dtype``: float32 by default, what ONNX Runtime's CPU kernels run (its CPU provider
+    refuses a bfloat16 Conv), so a model cast to bfloat16 (``swin.optimize`` does so where the CPU has bf16
+    matmul) is exported from a float32 copy; ``dtype=torch.bfloat16`` or ``torch.float16`` for a runtime that
+    takes them. Exported in eval mode, the model's own modes restored afterwards. ``path`` is checked before
+    the export (its folder must exist) and written whole or not at all (a temporary file renamed over it).
     """
     _require_swin(model)
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype expects a floating point torch.dtype (torch.float32, ...), got {dtype!r}")
+    check_output(path)  # before minutes of tracing: a missing folder, a directory, a link...
     max_batch = _check_batch((64 if dynamic else 2) if max_batch is None else max_batch)
     if dynamic:
         heights, widths = check_size_ranges(model, size_range)
@@ -372,12 +404,13 @@ def export_onnx(
         import onnxscript  # noqa: F401  (the exporter needs it; fail with our message, not deep inside torch)
     except ImportError:
         raise ImportError("ONNX export needs onnx and onnxscript: pip install 'swin[onnx]'") from None
-    model.eval()
+    if next(model.parameters()).dtype != dtype:
+        model = copy.deepcopy(model).to(dtype)  # the caller's model keeps its dtype
     if isinstance(model, SwinBackbone):
         outputs = [f"features{i}" for i in model.out_indices]
     else:
         outputs = ["logits"]
-    with _quiet(_EXPORTER_NOISE):
+    with _in_eval(model), _quiet(_EXPORTER_NOISE):
         program = torch.onnx.export(
             _Guarded(model, heights, widths).eval(),
             (_example(model, (height, width), _example_batch(max_batch) if dynamic else max_batch),),
@@ -409,5 +442,6 @@ def export_onnx(
         **(metadata or {}),
     }
     _finish(program.model, rule, {k: v if isinstance(v, str) else json.dumps(v) for k, v in props.items()})
-    program.save(os.fspath(path))
+    with atomic_output(path) as temporary:
+        program.save(temporary)
     return os.fspath(path)

@@ -3,6 +3,8 @@ and a clear TorchScript refusal."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -134,3 +136,46 @@ def test_a_static_backbone_export_at_any_one_size(tmp_path):
         expected = [level.numpy() for level in model(x)]
     got = session.run(None, {"x": x.numpy()})
     assert len(got) == 4 and all(abs(g - e).max() <= 1e-4 for g, e in zip(got, expected, strict=True))
+
+
+def test_onnx_export_leaves_the_model_as_it_was_and_writes_float32(tmp_path, monkeypatch):
+    """A model exported in the middle of training trains on as it was (each module's mode, its dtype) and the
+    caller's random stream is untouched; a bfloat16 model (swin.optimize casts where the CPU has bf16 matmul)
+    is exported from a float32 copy, which ONNX Runtime's CPU provider loads (it refuses a bfloat16 Conv)."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model = small().train().to(torch.bfloat16)
+    model.patch_embed.eval()  # e.g. a frozen stem
+    modes = [m.training for m in model.modules()]
+    torch.manual_seed(1)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(1)
+    path = export_onnx(model, tmp_path / "m.onnx", dynamic=False)
+    assert torch.equal(torch.rand(3), expected_draw)
+    assert [m.training for m in model.modules()] == modes
+    assert next(model.parameters()).dtype == torch.bfloat16
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (shape,) = [tuple(i.shape) for i in session.get_inputs()]
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        expected = copy.deepcopy(model).float().eval()(x).numpy()
+    assert abs(session.run(None, {"x": x.numpy()})[0] - expected).max() <= 1e-4
+    # a failed export restores the modes too, and a missing folder is refused before any tracing
+    monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: pytest.fail("traced before checking the path"))
+    with pytest.raises(FileNotFoundError):
+        export_onnx(model, tmp_path / "missing" / "m.onnx", dynamic=False)
+    monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        export_onnx(model, tmp_path / "m2.onnx", dynamic=False)
+    assert [m.training for m in model.modules()] == modes and not (tmp_path / "m2.onnx").exists()
+
+
+def test_export_program_restores_modes_and_names_what_to_export_of_an_optimized_model():
+    model = small().train()
+    model.patch_embed.eval()
+    modes = [m.training for m in model.modules()]
+    export_program(model, max_batch=2, size_range=(64, 64))
+    assert [m.training for m in model.modules()] == modes
+    with pytest.raises(TypeError, match=r"got OptimizedModel: export the model it runs \(its .model\)"):
+        export_program(swin.optimize(small(), dtype=torch.float32, compile=False))

@@ -8,11 +8,11 @@ import sys
 
 import torch
 
+from ..atomic import atomic_output, check_output
 from ..weights import convert, detect_layout, export, safe_load, unwrap
 from ..weights.checks import check_state
 from ..weights.layouts import LAYOUTS
 from ..weights.user_weights import require_file
-from .atomic import atomic_output, check_output
 
 __all__ = ["OUTPUT_FORMATS", "cmd_convert", "register"]
 

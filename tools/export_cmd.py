@@ -6,11 +6,11 @@ import os
 import sys
 from typing import Any
 
+from ..atomic import atomic_output, check_output
 from ..export import SIZE_MULTIPLE, check_size_ranges, export_onnx, export_program, static_shape
 from ..factory import create_model, entry_model
 from ..registry import resolve_name
 from ..weights.user_weights import load_weights, preprocessing_for
-from .atomic import atomic_output, check_output
 
 __all__ = ["register", "cmd_export"]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from ..atomic import UnsafeOutputError, atomic_output, check_output
 from .argtypes import whole_number
-from .atomic import UnsafeOutputError, atomic_output, check_output
 from .flops_cmd import _PLOT_HINT, PLOT_FORMATS
 
 __all__ = ["MAX_DPI", "check_figure_path", "parse_dpi", "pyplot", "save"]

@@ -9,8 +9,8 @@ import stat
 import pytest
 import torch
 
+from swin.atomic import UnsafeOutputError, atomic_output, check_output
 from swin.tools import convert_cmd
-from swin.tools.atomic import UnsafeOutputError, atomic_output, check_output
 from swin.tools.cli import main
 
 
