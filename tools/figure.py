@@ -11,6 +11,7 @@ a long save leaves the old file, or none, never a truncated one.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable
 
@@ -55,6 +56,8 @@ def check_figure_path(path: str, option: str = "--out", inputs: Iterable[str | o
         check_output(path, inputs)
     except (UnsafeOutputError, OSError) as error:
         raise ValueError(f"{option}: {error}") from None
+    if importlib.util.find_spec("matplotlib") is None:  # before the model is built and run, not after
+        raise ImportError(f"{option} {path}: drawing needs matplotlib, which is not installed: {_PLOT_HINT}")
     return extension
 
 
@@ -82,5 +85,7 @@ def save(figure, path: str, dpi: int = 120, option: str = "--out") -> None:
         fmt = check_figure_path(path, option)
         with atomic_output(path) as temporary:
             figure.savefig(temporary, format=fmt, dpi=dpi)
+    except OSError as error:  # named as given, not as the hidden temporary file the write went to
+        raise OSError(f"{option} {path}: cannot write the figure ({error.strerror or error})") from None
     finally:
         plt.close(figure)

@@ -194,6 +194,24 @@ def _window_reason(rules, size: tuple[int, int], window: tuple[int, int], config
     return f"window {window[0]}x{window[1]}"
 
 
+# The most attention-mask values a stage may hold (windows x tokens^2): swin_t's stage 1 at 2048x2048 holds 13M;
+# beyond this the masks alone take gigabytes (8192x8192 ran out of memory, 100000 was killed without a word),
+# and a picture of a million windows shows nothing.
+MAX_MASK_VALUES = 2**25
+
+
+def _check_mask_size(name: str, size: tuple[int, int], stage: int, map_size, window) -> None:
+    wh, ww = (window, window) if isinstance(window, int) else window
+    windows = -(-map_size[0] // wh) * -(-map_size[1] // ww)
+    values = windows * (wh * ww) ** 2
+    if values > MAX_MASK_VALUES:
+        raise ValueError(
+            f"--img-size {size[0]},{size[1]}: stage {stage} of {name} would have {windows} windows and "
+            f"{values / 1e6:.0f}M attention-mask values (over {MAX_MASK_VALUES / 1e6:.0f}M); give a smaller "
+            "--img-size or a later --stage"
+        )
+
+
 def stage_layout(
     name: str, img_size: tuple[int, int] | None = None, stage: int = 1, semantics: str = "classification"
 ) -> StageLayout:
@@ -223,6 +241,7 @@ def stage_layout(
     config = config.replace(img_size=size)
     map_size = config.stage_sizes()[stage - 1]
     window = config.stage_windows(rules.name)[stage - 1]
+    _check_mask_size(name, size, stage, map_size, window)
     depth = config.depths[stage - 1]
     shifted = depth >= 2
     shift = rules.shift(*map_size, window, shifted)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import pytest
 import torch
@@ -461,3 +462,46 @@ def test_attention_refuses_a_checkpoint_of_another_window(capsys, tmp_path, imag
     err = one_line_error(capsys, *argv, "--weights", str(tmp_path / "w8.pth"), "--out", str(tmp_path / "a.png"))
     assert "has window 8 (15x15 bias table) at stage 1 but show_tiny has window 4" in err and "--models-file" in err
     assert not (tmp_path / "a.png").exists()
+
+
+def test_a_size_whose_masks_would_not_fit_in_memory_is_refused(capsys):
+    """--img-size 100000 was killed by the OOM killer without a word (8192 ran out of memory): the masks'
+    size (windows x tokens^2, counted here as the official construction makes them) is checked first."""
+    windows = math.ceil(100000 / 4 / 7) ** 2
+    err = one_line_error(capsys, "show", "windows", "swin_t", "--img-size", "100000", "--format", "json")
+    assert f"stage 1 of swin_t would have {windows} windows" in err and "later --stage" in err
+    code, out, _ = run(capsys, "show", "windows", "swin_t", "--img-size", "8192", "--stage", "4", "--format", "json")
+    assert code == 0 and json.loads(out)["stage"] == 4
+
+
+@pytest.mark.parametrize("what", ["windows", "attention", "flops"])
+def test_a_missing_matplotlib_is_named_before_any_work(capsys, tmp_path, monkeypatch, image, what):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    monkeypatch.setattr("swin.tools.show_windows.stage_layout", _no_layout)
+    monkeypatch.setattr("swin.tools.show_attention.check_request", _no_layout)
+    monkeypatch.setattr("swin.costs.measure_stage_times", _no_layout, raising=False)
+    out = str(tmp_path / "f.png")
+    if what == "windows":
+        argv = ["show", "windows", "swin_t", "--out", out]
+    elif what == "attention":
+        argv = ["show", "attention", str(image), "--model", "swin_t", "--random-weights", "--out", out]
+    else:
+        argv = ["flops", "swin_t", "--measure-time", "--plot", out]
+    err = one_line_error(capsys, *argv)
+    assert "drawing needs matplotlib" in err and "pip install" in err
+
+
+def test_a_failed_write_names_the_output_given(capsys, tmp_path, monkeypatch):
+    """The write goes to a hidden temporary file beside --out; its failure named that file."""
+    import errno
+
+    def full_disk(self, fname, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", fname)
+
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    out = tmp_path / "w.png"
+    err = one_line_error(capsys, "show", "windows", "swin_t", "--stage", "4", "--out", str(out))
+    assert f"--out {out}: cannot write the figure (No space left on device)" in err and "partial" not in err
+    assert list(tmp_path.iterdir()) == []
