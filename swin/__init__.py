@@ -31,6 +31,7 @@ _EXPORTS = {
     "param_groups": ".optim",
     "register_model": ".registry",
     "resolve_name": ".registry",
+    "save_for_hf": ".hub_save",
 }
 
 # submodules reachable as attributes after ``import swin`` (``swin.export.export_onnx``, ``swin.weights``)

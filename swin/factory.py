@@ -70,7 +70,8 @@ def create_model(
             ``swin_tiny_patch4_window7_224.ms_in22k``: ``pretrained=True`` then loads that tag, and without
             weights the model still takes its head size and preprocessing (``pretrained_cfg``). timm's
             ``hf-hub:OWNER/NAME[@REVISION]``: the architecture, head and preprocessing a timm model repository's
-            ``config.json`` describes, and with ``pretrained=True`` its weights.
+            ``config.json`` describes, and with ``pretrained=True`` its weights; ``local-dir:FOLDER`` the same of a
+            folder in that form (what ``swin.save_for_hf`` and timm's ``save_for_hf`` write).
         pretrained: ``False``; ``True`` (the architecture's default tag in the weights manifest); a tag
             (``"ms_in22k"``) or ``"ARCH.TAG"``; a local checkpoint file or an http(s) URL, or a state dict
             already in memory, in any supported layout (official, timm, torchvision, transformers,
@@ -116,8 +117,8 @@ def create_model(
     hub_spec = None  # a hub repository whose weights are fetched once its description has built a model
     origin = None  # where the configuration comes from, when not from the caller alone
     yours: set[str] = set()
-    if isinstance(name, str) and name.startswith("hf-hub:"):  # timm's hub names: the repository describes the model
-        origin, hub_spec, asked = name, name[len("hf-hub:") :], pretrained
+    if isinstance(name, str) and name.startswith(("hf-hub:", "local-dir:")):  # timm's: config.json describes it
+        origin, hub_spec, asked = name, name, pretrained
         name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
         yours = set(overrides)  # the caller's own: their errors stay theirs, not the repository's
         if features_only:  # the repository's head dropout: a backbone has no head (and would warn of it)
@@ -170,9 +171,12 @@ def create_model(
         config = _config(canonical, overrides, origin, yours)
         model = SwinTransformer.from_config(config, **head_args)
     if hub_spec is not None:  # only now, with the description built: its weights
-        from .weights.hub_model import hub_weights
+        from .weights.hub_model import HUB_PREFIX, LOCAL_PREFIX, hub_weights, local_weights
 
-        pretrained = overlay["file"] = str(hub_weights(hub_spec))
+        if hub_spec.startswith(HUB_PREFIX):
+            pretrained = overlay["file"] = str(hub_weights(hub_spec[len(HUB_PREFIX) :]))
+        else:
+            pretrained = overlay["file"] = str(local_weights(hub_spec[len(LOCAL_PREFIX) :]))
         wanted = True
     if named is not None:
         from .weights.data_config import record_loaded
@@ -240,7 +244,7 @@ def _with_cfg_tag(name: str, pretrained_cfg: Any) -> str:
             "create_model('ARCH.TAG'), and change its entries with pretrained_cfg_overlay=dict(...)"
         )
     arch, dot, tag = name.partition(".")
-    if name.startswith("hf-hub:") or (dot and tag != pretrained_cfg):
+    if name.startswith(("hf-hub:", "local-dir:")) or (dot and tag != pretrained_cfg):
         raise ValueError(
             f"create_model({name!r}, pretrained_cfg={pretrained_cfg!r}) names two different weights; pass the tag "
             "once, in the name or as pretrained_cfg"
@@ -264,17 +268,20 @@ def _check_timm_options(overrides: dict[str, Any]) -> None:
 def _from_hub(
     name: str, pretrained: Any, overlay: Mapping[str, Any] | None
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """``hf-hub:REPO[@REVISION]`` as timm reads it: the architecture its ``config.json`` names, its preprocessing
-    and head under the caller's ``pretrained_cfg_overlay`` and its ``model_args`` (the caller's overrides win).
-    Its weights are fetched by the caller once the model is built."""
-    from .weights.hub_model import HUB_PREFIX, hub_model
+    """``hf-hub:REPO[@REVISION]`` or ``local-dir:FOLDER`` as timm reads them: the architecture its ``config.json``
+    names, its preprocessing and head under the caller's ``pretrained_cfg_overlay`` and its ``model_args`` (the
+    caller's overrides win). Its weights are fetched by the caller once the model is built."""
+    from .weights.hub_model import HUB_PREFIX, LOCAL_PREFIX, hub_model, local_model
 
     if pretrained not in (True, False, None):
         raise ValueError(
             f"{name} names its own weights: pass pretrained=True for them (or False), or load {pretrained!r} into "
             "the architecture by its name"
         )
-    described = hub_model(name[len(HUB_PREFIX) :])
+    if name.startswith(LOCAL_PREFIX):
+        described = local_model(name[len(LOCAL_PREFIX) :])
+    else:
+        described = hub_model(name[len(HUB_PREFIX) :])
     return described["architecture"], {**described["overlay"], **(overlay or {})}, described["model_args"]
 
 

@@ -23,7 +23,16 @@ from .data_config import check_preprocessing
 from .download import DownloadError
 from .size_limits import MAX_CHECKPOINT_BYTES_ENV, format_bytes, max_checkpoint_bytes
 
-__all__ = ["HUB_PREFIX", "HubModel", "check_buildable", "hub_model", "hub_weights"]
+__all__ = [
+    "HUB_PREFIX",
+    "LOCAL_PREFIX",
+    "HubModel",
+    "check_buildable",
+    "hub_model",
+    "hub_weights",
+    "local_model",
+    "local_weights",
+]
 
 HUB_PREFIX = "hf-hub:"
 # A model description is a few KB; anything far larger is not one.
@@ -47,6 +56,9 @@ _KEPT = (
     "label_descriptions",
 )
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+# timm's preferred weight files in a local-dir: folder
+_LOCAL_WEIGHTS = (*_WEIGHTS, "pytorch_model.pth", "model.pth")
+LOCAL_PREFIX = "local-dir:"
 # timm's default head, for a config.json that names none (its PretrainedCfg default)
 _DEFAULT_CLASSES = 1000
 
@@ -67,6 +79,58 @@ def hub_model(spec: str) -> HubModel:
     repo_id, revision = _split(spec)
     origin = f"{HUB_PREFIX}{spec}"
     config = _read_config(_file(repo_id, "config.json", revision), origin)
+    # as timm records it: the name as written
+    return _described(config, origin, {"hf_hub_id": spec, "source": "hf-hub"})
+
+
+def local_model(folder: str) -> HubModel:
+    """The model a folder in a hub repository's form describes (timm's ``local-dir:``; ``folder`` without the
+    prefix): its ``config.json``, as :func:`hub_model` reads a repository's (what ``swin.save_for_hf`` and
+    timm's ``save_for_hf`` write).
+
+    Raises:
+        FileNotFoundError: ``folder`` is not a folder, or holds no ``config.json``.
+        ValueError: as :func:`hub_model`.
+    """
+    origin = f"{LOCAL_PREFIX}{folder}"
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"{origin}: no such folder; local-dir: names a folder holding config.json and weights")
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{origin}: the folder holds no config.json (a model description, as swin.save_for_hf or timm's "
+            "save_for_hf write); load a checkpoint file with pretrained=PATH instead"
+        )
+    return _described(_read_config(path / "config.json", origin), origin, {"hf_hub_id": None, "source": "local-dir"})
+
+
+def local_weights(folder: str) -> Path:
+    """The weights file of a ``local-dir:`` folder, in timm's order: ``model.safetensors``, ``pytorch_model.bin``,
+    ``pytorch_model.pth``, ``model.pth``, else the first ``*.safetensors``, ``*.pth``, ``*.pth.tar``, ``*.bin`` by
+    name (with a warning where there are several)."""
+    path = Path(folder).expanduser()
+    for name in _LOCAL_WEIGHTS:
+        if (path / name).is_file():
+            return path / name
+    for extension in (".safetensors", ".pth", ".pth.tar", ".bin"):
+        files = sorted(p for p in path.glob(f"*{extension}") if p.is_file())
+        if len(files) > 1:
+            warnings.warn(
+                f"{LOCAL_PREFIX}{folder} holds {len(files)} {extension} checkpoints "
+                f"({', '.join(p.name for p in files)}); loading {files[0].name}",
+                stacklevel=3,
+            )
+        if files:
+            return files[0]
+    raise FileNotFoundError(
+        f"{LOCAL_PREFIX}{folder}: no weights in the folder ({', '.join(_LOCAL_WEIGHTS)}, or any .safetensors, .pth, "
+        ".bin file); pass pretrained=False for the described model without them"
+    )
+
+
+def _described(config: dict[str, Any], origin: str, source: dict[str, Any]) -> HubModel:
+    """What a ``config.json`` (read from ``origin``) describes; ``source`` is where it came from, as timm's
+    pretrained_cfg records it (``hf_hub_id``, ``source``)."""
     # timm's older configs are the pretrained_cfg itself, with the architecture beside it
     pretrained_cfg = config["pretrained_cfg"] if "pretrained_cfg" in config else config
     check_preprocessing(pretrained_cfg, f"{origin}: config.json's")
@@ -84,8 +148,8 @@ def hub_model(spec: str) -> HubModel:
     overlay = {key: pretrained_cfg[key] for key in _PREPROCESSING if pretrained_cfg.get(key) is not None}
     overlay.pop("input_size", None)  # the model's own, from what it is built for
     overlay |= {key: pretrained_cfg[key] for key in _KEPT if pretrained_cfg.get(key) is not None}
-    # as timm records it: the name as written; and no tag unless the repository names one (not the default tag's)
-    overlay |= {"hf_hub_id": spec, "source": "hf-hub", "tag": pretrained_cfg.get("tag")}
+    # where it came from, and no tag unless the description names one (not the default tag's)
+    overlay |= {**source, "tag": pretrained_cfg.get("tag")}
     labels = config.get("label_names", pretrained_cfg.get("label_names", pretrained_cfg.get("labels")))
     if labels is not None and not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
         raise ValueError(f"{origin}: config.json's label_names is not a list of class names")
