@@ -5,7 +5,7 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
 
 - :func:`image_chunks`: CPU inference in pieces of a few images. On Linux, glibc serves allocations above
   32 MiB (its largest mmap threshold on 64-bit) with fresh pages from the kernel on every call, and the first
-  write to each page faults; a swin_t batch of 8 at 224 makes a 38.5 MiB MLP hidden tensor in each stage-1
+  write to each page faults; a swin_t batch of 8 at 224 makes a 36.8 MiB MLP hidden tensor in each stage-1
   block. Images are independent through the whole trunk (LayerNorm is per token), so the model's forward
   runs on slices of the batch, each small enough that no intermediate passes :data:`CHUNK_BYTES`, and the
   outputs are the same ops on the same rows. Used only in evaluation without autograd (under autograd each
