@@ -118,6 +118,11 @@ def create_model(
     origin = None  # where the configuration comes from, when not from the caller alone
     yours: set[str] = set()
     if isinstance(name, str) and name.startswith(("hf-hub:", "local-dir:")):  # timm's: config.json describes it
+        if "pretrained_cfg" in overrides:  # timm asserts as much: the description is the pretrained config
+            raise ValueError(
+                f"create_model({name!r}, pretrained_cfg=...): the config.json it names is the pretrained config; "
+                "change its entries with pretrained_cfg_overlay=dict(...)"
+            )
         origin, hub_spec, asked = name, name, pretrained
         name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
         yours = set(overrides)  # the caller's own: their errors stay theirs, not the repository's
@@ -244,7 +249,7 @@ def _with_cfg_tag(name: str, pretrained_cfg: Any) -> str:
             "create_model('ARCH.TAG'), and change its entries with pretrained_cfg_overlay=dict(...)"
         )
     arch, dot, tag = name.partition(".")
-    if name.startswith(("hf-hub:", "local-dir:")) or (dot and tag != pretrained_cfg):
+    if dot and tag != pretrained_cfg:
         raise ValueError(
             f"create_model({name!r}, pretrained_cfg={pretrained_cfg!r}) names two different weights; pass the tag "
             "once, in the name or as pretrained_cfg"

@@ -49,18 +49,22 @@ _NOT_IN_TIMM = {
     "version": "another Swin version",
 }
 _WEIGHT_FILES = {"model.safetensors": "safetensors", "pytorch_model.bin": "pickle"}
+# The file names timm's local-dir: loader (and ours) takes, in its order, before any other file.
+_LOADED_FIRST = ("model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth")
 
 
 def save_for_hf(model: nn.Module, folder: str | os.PathLike, safe_serialization: bool | str = True) -> Path:
     """Write ``model`` (a classifier) to ``folder`` as timm's ``save_for_hf`` would: ``config.json`` and
     ``model.safetensors`` (``safe_serialization=False``: ``pytorch_model.bin``; ``"both"``: both), weights in
-    timm's layout. Each file is written whole or not at all; the folder is made if missing.
+    timm's layout. Each file is written whole or not at all; the folder is made if missing, and weights an
+    earlier save left there under another name the loaders take first are removed.
 
     ``config.json`` holds timm's architecture name, ``num_classes``, ``num_features``, ``global_pool``,
     ``model_args`` (the fields in which the model differs from the registered architecture: e.g. ``num_classes``,
     ``img_size``, ``window_size``, drop rates) and ``pretrained_cfg`` (the model's preprocessing, its tag and
-    license, and ``label_names`` where it has them). ``pos_drop_rate``, a training regulariser timm's Swin does
-    not have, is not written.
+    license, and ``label_names`` / ``label_descriptions`` while they name the head's classes). ``pos_drop_rate``,
+    a training regulariser timm's Swin does not have, is not written. As everywhere, timm's Swin gives its
+    per-position logits (``global_pool=""``) as NHWC where ours are NCHW.
 
     Returns:
         The folder.
@@ -86,6 +90,11 @@ def save_for_hf(model: nn.Module, folder: str | os.PathLike, safe_serialization:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     names = {True: ["model.safetensors"], False: ["pytorch_model.bin"], "both": list(_WEIGHT_FILES)}
+    # weights an earlier save left under another of the names loaders look for first: gone, so that this
+    # config.json is never read beside them (model.safetensors comes before pytorch_model.bin in both libraries)
+    for stale in _LOADED_FIRST:
+        if stale not in names[safe_serialization] and (folder / stale).is_file():
+            (folder / stale).unlink()
     for name in names[safe_serialization]:
         with atomic_output(folder / name) as temporary:
             if _WEIGHT_FILES[name] == "safetensors":
@@ -118,11 +127,6 @@ def _config_json(model: SwinTransformer) -> dict[str, Any]:
     changed = {k: v for k, v in args.items() if v != _plain(getattr(registered, k))}
     if config.version == 2 and config.pretrained_window_sizes != registered.pretrained_window_sizes:
         changed["pretrained_window_sizes"] = list(config.pretrained_window_sizes)
-    window = config.window_size
-    if config.version == 1 and not isinstance(window, int) and isinstance(window[0], (tuple, list)):
-        raise ValueError(
-            f"window_size={window!r}: timm's Swin V1 takes one window for all stages; save a model with one window"
-        )
     changed["num_classes"] = model.num_classes  # as timm writes it, and the head may have been reset
     if model.global_pool != "avg":
         changed["global_pool"] = model.global_pool
@@ -135,8 +139,8 @@ def _config_json(model: SwinTransformer) -> dict[str, Any]:
         "interpolation": cfg["interpolation"],
         "crop_pct": cfg["crop_pct"],
         "crop_mode": cfg["crop_mode"],
-        "mean": list(cfg["mean"]),
-        "std": list(cfg["std"]),
+        "mean": _per_channel(cfg["mean"], config.in_chans),
+        "std": _per_channel(cfg["std"], config.in_chans),
         "num_classes": model.num_classes,
         "pool_size": list(cfg["pool_size"]),
         "first_conv": "patch_embed.proj",
@@ -150,8 +154,11 @@ def _config_json(model: SwinTransformer) -> dict[str, Any]:
     }
     if model.global_pool:
         out["global_pool"] = model.global_pool
-    if cfg.get("label_names"):
+    # class names only while they name the head's classes (timm drops them when num_classes changed)
+    if cfg.get("label_names") and len(cfg["label_names"]) == model.num_classes:
         out["label_names"] = list(cfg["label_names"])
+        if cfg.get("label_descriptions"):
+            out["label_descriptions"] = dict(cfg["label_descriptions"])
     out["model_args"] = changed
     out["pretrained_cfg"] = {k: v for k, v in pretrained_cfg.items() if v is not None}
     return out
@@ -168,6 +175,13 @@ def _timm_name(registered: SwinConfig) -> str:
         f"{registered.name} has no timm architecture among its aliases ({', '.join(registered.aliases) or 'none'}), "
         "so timm could not build it from the folder; save its state_dict instead"
     )
+
+
+def _per_channel(values: Any, channels: int) -> list[float]:
+    """One value, or one per input channel; values for another count (ImageNet's three, for a one-channel
+    model) become their average, as timm's save_for_hf writes them."""
+    values = list(values)
+    return values if len(values) in (1, channels) else [sum(values) / len(values)]
 
 
 def _plain(value: Any) -> Any:

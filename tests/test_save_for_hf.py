@@ -101,3 +101,58 @@ def test_what_timm_cannot_build_or_find_is_refused(tmp_path):
     assert swin.create_model(f"local-dir:{tmp_path}").num_classes == 1000  # timm's default head
     with pytest.raises(FileNotFoundError, match="no weights in the folder"):
         swin.create_model(f"local-dir:{tmp_path}", pretrained=True)
+
+
+def test_one_channel_model_round_trips_with_one_mean(tmp_path):
+    """A one-channel model reports ImageNet's three means, as timm's pretrained_cfg does (assigning back a copy
+    of it works); the folder holds their average, as timm's save_for_hf writes it, and both libraries read it."""
+    model = swin.create_model("swin_t", in_chans=1, num_classes=3, **SMALL).eval()
+    model.pretrained_cfg = {**model.pretrained_cfg, "crop_pct": 1.0}
+    swin.save_for_hf(model, tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())["pretrained_cfg"]
+    assert written["mean"] == pytest.approx([0.449], abs=1e-6) and written["input_size"] == [1, 224, 224]
+    theirs = timm.create_model(f"local-dir:{tmp_path}", pretrained=True).eval()
+    back = swin.create_model(f"local-dir:{tmp_path}", pretrained=True).eval()
+    x = torch.randn(1, 1, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), model(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(back(x), model(x), rtol=0, atol=0)
+
+
+def test_a_later_save_in_another_format_leaves_no_stale_weights(tmp_path):
+    first = swin.create_model("swin_t", num_classes=3, **SMALL).eval()
+    second = swin.create_model("swin_t", num_classes=3, **SMALL).eval()
+    swin.save_for_hf(first, tmp_path)
+    swin.save_for_hf(second, tmp_path, safe_serialization=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "pytorch_model.bin"]
+    theirs = timm.create_model(f"local-dir:{tmp_path}", pretrained=True).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), second(x), rtol=1e-5, atol=1e-5)
+
+
+def test_per_stage_windows_and_class_names_as_timm_reads_them(tmp_path):
+    model = swin.create_model("swin_t", window_size=(7, 7, 14, 7), num_classes=4, **SMALL).eval()
+    names = ["a", "b", "c", "d"]
+    model.pretrained_cfg = {"label_names": names, "label_descriptions": {n: n.upper() for n in names}}
+    swin.save_for_hf(model, tmp_path / "kept")
+    theirs = timm.create_model(f"local-dir:{tmp_path / 'kept'}", pretrained=True).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), model(x), rtol=1e-5, atol=1e-5)
+    assert theirs.pretrained_cfg["label_names"] == names
+    assert theirs.pretrained_cfg["label_descriptions"] == {"a": "A", "b": "B", "c": "C", "d": "D"}
+    back = swin.create_model(f"local-dir:{tmp_path / 'kept'}")
+    assert back.pretrained_cfg["label_descriptions"] == theirs.pretrained_cfg["label_descriptions"]
+    model.reset_classifier(2)  # the names were of the old head: not written for the new one (as timm)
+    swin.save_for_hf(model, tmp_path / "reset")
+    written = json.loads((tmp_path / "reset" / "config.json").read_text())
+    assert written["num_classes"] == 2 and "label_names" not in written and "label_descriptions" not in written
+
+
+def test_a_pretrained_cfg_beside_a_described_name_is_refused(tmp_path):
+    swin.save_for_hf(swin.create_model("swin_t", num_classes=3, **SMALL), tmp_path)
+    with pytest.raises(ValueError, match="the config.json it names is the pretrained config"):
+        swin.create_model(f"local-dir:{tmp_path}", pretrained_cfg="ms_in22k")
+    with pytest.raises(FileNotFoundError, match="is a file, not a folder"):
+        swin.create_model(f"local-dir:{tmp_path / 'config.json'}")

@@ -147,9 +147,11 @@ class PretrainedCfg(dict):
         if model is None:  # the model is gone: an ordinary dict
             dict.update(self, values)
             return
-        check_preprocessing(values, "pretrained_cfg", model.config.in_chans)
-        values = _plain(values)
         derived = _derived(model)
+        # what the model reports already is not checked again (a one-channel model reports ImageNet's three
+        # means, as timm's pretrained_cfg does)
+        check_preprocessing(_changed(values, derived), "pretrained_cfg", model.config.in_chans)
+        values = _plain(values)
         pinned = dict(_pinned(model))
         for key, value in values.items():
             if key in derived and _same(value, derived[key]):
@@ -166,7 +168,11 @@ class PretrainedCfg(dict):
                 dict.pop(self, key, None)
             return
         pinned = {k: v for k, v in _pinned(model).items() if k not in keys}
-        setattr(model, _USER, pinned or None)
+        try:
+            _pin(model, pinned)
+        except ValueError:  # a resize pinned to agree with the crop (or size) just dropped goes with it
+            pinned.pop("resize_size", None)
+            _pin(model, pinned)
         self._refresh(model)
 
     def _refresh(self, model: nn.Module) -> None:
@@ -320,9 +326,9 @@ def _pinned(model: nn.Module) -> Mapping[str, Any]:
 def set_pretrained_cfg(model: nn.Module, values: Mapping[str, Any] | None) -> None:
     """``model.pretrained_cfg = values``: keep the values that differ from what the model reports now (so that
     assigning back a copy with one change pins that one only); None forgets them all."""
-    check_preprocessing(values or {}, "pretrained_cfg", model.config.in_chans)
-    values = _plain(values or {})
     derived = _derived(model)
+    check_preprocessing(_changed(values or {}, derived), "pretrained_cfg", model.config.in_chans)
+    values = _plain(values or {})
     pinned = {k: v for k, v in (values or {}).items() if not _same(v, derived.get(k, _MISSING))}
     _pin(model, pinned)
 
@@ -337,6 +343,11 @@ def _pin(model: nn.Module, pinned: Mapping[str, Any]) -> None:
     except ValueError as error:
         setattr(model, _USER, before)
         raise ValueError(f"pretrained_cfg {error}") from None
+
+
+def _changed(values: Mapping[str, Any], derived: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that differ from what the model reports."""
+    return {k: v for k, v in values.items() if not _same(v, derived.get(k, _MISSING))}
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -95,7 +95,8 @@ def local_model(folder: str) -> HubModel:
     origin = f"{LOCAL_PREFIX}{folder}"
     path = Path(folder).expanduser()
     if not path.is_dir():
-        raise FileNotFoundError(f"{origin}: no such folder; local-dir: names a folder holding config.json and weights")
+        what = "is a file, not a folder" if path.exists() else "no such folder"
+        raise FileNotFoundError(f"{origin}: {what}; local-dir: names a folder holding config.json and weights")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
             f"{origin}: the folder holds no config.json (a model description, as swin.save_for_hf or timm's "
@@ -155,6 +156,11 @@ def _described(config: dict[str, Any], origin: str, source: dict[str, Any]) -> H
         raise ValueError(f"{origin}: config.json's label_names is not a list of class names")
     if labels is not None:  # the repository's own class names, not a tag's ImageNet labels
         overlay |= {"label_names": labels, "labels": None}
+    descriptions = config.get("label_descriptions", pretrained_cfg.get("label_descriptions"))
+    if descriptions is not None and not isinstance(descriptions, dict):
+        raise ValueError(f"{origin}: config.json's label_descriptions is not a mapping of class name to description")
+    if descriptions is not None:  # top level, as timm writes them, or in pretrained_cfg
+        overlay["label_descriptions"] = descriptions
     num_classes = config.get("num_classes", pretrained_cfg.get("num_classes", _DEFAULT_CLASSES))
     if not (isinstance(num_classes, int) and not isinstance(num_classes, bool) and num_classes >= 0):
         raise ValueError(f"{origin}: config.json's num_classes is {num_classes!r}; expected an int >= 0")

@@ -295,3 +295,15 @@ def test_a_file_loaded_into_a_tagged_model_keeps_the_tags_preprocessing(tmp_path
     assert (cfg["tag"], cfg["file"], cfg["url"]) == ("tv_in1k", str(path), None)
     assert cfg["resize_size"] == transforms.resize_size[0] and cfg["input_size"][1:] == tuple(transforms.crop_size * 2)
     assert swin.create_model("swin_t", pretrained=path).pretrained_cfg["tag"] is None
+
+
+def test_deleting_the_crop_a_resize_was_pinned_to_drops_that_resize():
+    """A resize pinned together with a crop goes when the crop is deleted (it left the model refusing every
+    later edit and its transform: resize 280 against crop 0.9)."""
+    model = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
+    cfg = model.pretrained_cfg
+    cfg.update(crop_pct=0.8, resize_size=280)
+    del cfg["crop_pct"]
+    assert model.pretrained_cfg["crop_pct"] == 0.9 and model.pretrained_cfg["resize_size"] == 248
+    create_transform(swin.data_config(model))
+    model.pretrained_cfg["mean"] = (0.5, 0.5, 0.5)
