@@ -119,3 +119,28 @@ def test_source_distribution_carries_the_tests_and_license(tmp_path):
     tests = {t for t in tests if "__pycache__" not in t and not t.endswith(".pyc")}
     assert tests - shipped == set()
     assert {"LICENSE", "docs/gpu_check.sh", "examples/finetune.py"} <= shipped
+
+
+def test_torch_hub_loads_from_a_checkout(tmp_path):
+    """torch.hub.load(REPO_OR_DIR, "swin_t") as torchvision's: from the checkout itself (the installed
+    package hidden), its subpackages found in their folders beside swin/, the model timm's with timm's weights."""
+    code = f"""
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in (getattr(f, "__module__", "") or "")]
+import torch, timm
+timm_model = timm.create_model("swin_tiny_patch4_window7_224", embed_dim=32, num_heads=(1, 2, 4, 8)).eval()
+ours = torch.hub.load({str(ROOT)!r}, "swin_t", source="local", pretrained=timm_model.state_dict(), embed_dim=32,
+                      num_heads=(1, 2, 4, 8)).eval()
+backbone = torch.hub.load({str(ROOT)!r}, "create_model", "swinv2_t_w8", source="local", features_only=True)
+import swin
+x = torch.randn(1, 3, 224, 224)
+with torch.no_grad():
+    gap = (ours(x) - timm_model(x)).abs().max().item()
+print(swin.layers.__file__, sys.modules["swin.tools"].__file__, gap, len(backbone(torch.randn(1, 3, 256, 256))))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    layers, tools, gap, maps = done.stdout.split()
+    assert layers == str(ROOT / "layers" / "__init__.py") and tools == str(ROOT / "tools" / "__init__.py")
+    assert float(gap) < 1e-5 and maps == "4"
