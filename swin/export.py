@@ -381,7 +381,8 @@ def export_onnx(
     ``height_max``, ``width_min``, ``width_max``, ``size_min`` and ``size_max`` (when height and width share
     one range), ``size_multiple``, ``valid_sizes`` and ``max_batch``, plus ``metadata`` (e.g. the
     preprocessing of the weights: ``mean``, ``std``, ``crop_pct``, ...; non-strings JSON-encoded).
-    Requires ``onnx`` and ``onnxscript`` (``pip install 'swin[onnx]'``).
+    Requires ``onnx`` and ``onnxscript`` (``pip install onnx onnxscript``; the ``onnx`` extra of a checkout,
+    ``pip install -e ".[onnx]"``, adds onnxruntime).
 
     The graph computes in ``dtype``: float32 by default, what ONNX Runtime's CPU kernels run (its CPU provider
     refuses a bfloat16 Conv), so a model cast to bfloat16 (``swin.optimize`` does so where the CPU has bf16
@@ -403,7 +404,10 @@ def export_onnx(
     try:
         import onnxscript  # noqa: F401  (the exporter needs it; fail with our message, not deep inside torch)
     except ImportError:
-        raise ImportError("ONNX export needs onnx and onnxscript: pip install 'swin[onnx]'") from None
+        raise ImportError(
+            "ONNX export needs onnx and onnxscript: pip install onnx onnxscript (or, in a checkout, "
+            'pip install -e ".[onnx]")'
+        ) from None
     if next(model.parameters()).dtype != dtype:
         model = copy.deepcopy(model).to(dtype)  # the caller's model keeps its dtype
     if isinstance(model, SwinBackbone):

@@ -43,8 +43,8 @@ def _transformers():
         import transformers
     except ImportError:
         raise ImportError(
-            "swin.segmentation builds transformers' UperNet: pip install 'swin[segmentation]' (or pip install "
-            "transformers)"
+            "swin.segmentation builds transformers' UperNet: pip install transformers (or, in a checkout, "
+            'pip install -e ".[segmentation]")'
         ) from None
     return transformers
 

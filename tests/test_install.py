@@ -90,7 +90,7 @@ def test_segmentation_without_transformers_says_what_to_install(monkeypatch):
     from swin.segmentation import upernet
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed: import raises ImportError
-    with pytest.raises(ImportError, match=r"pip install 'swin\[segmentation\]'"):
+    with pytest.raises(ImportError, match=r"pip install transformers \(or, in a checkout, pip install -e"):
         upernet("swin_t", num_labels=3)
 
 

@@ -19,7 +19,7 @@ __all__ = ["DEFAULT_SWEEP", "cmd_flops", "plot_sweep", "register", "render", "re
 # Image sides drawn by --plot when no --sweep is given.
 DEFAULT_SWEEP = (224, 384, 512, 768, 1024)
 
-_PLOT_HINT = "install with pip install 'swin[plot]' (or pip install matplotlib)"
+_PLOT_HINT = 'install with pip install matplotlib (or, in a checkout, pip install -e ".[plot]")'
 
 
 class _Units:

@@ -101,8 +101,11 @@ def cmd_predict(args) -> int:
     arch, _, tag = args.model.partition(".")
     arch = resolve_name(arch)
     named = manifest.get_entry(arch, tag) if tag else None  # an explicit tag: its weights or preprocessing
-    # The weights are located (fetched if need be) before the image is read, and read after it: a bad image
-    # path costs no checkpoint read, and a missing download is reported whatever the image.
+    # A missing image is named before any weights are fetched (a typo must not wait for a download); the
+    # weights are located (fetched if need be) before the image is read, and read after it: a bad image costs
+    # no checkpoint read.
+    if not os.path.exists(args.image):
+        read_image(args.image)  # its "no such image file" error
     located = locate_weights(
         arch, args.weights if args.weights else (named.tag if named else True), model_for=entry_model
     )

@@ -258,8 +258,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         model, config, entry = _load(args.name, args.weights)
         mapping = class_indices(list(images), model.num_classes, config.get("labels"))
     except (DatasetError, FileNotFoundError, ValueError, KeyError, UnsafeCheckpointError) as error:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"swin validate: {message}", file=sys.stderr)
+        from .cli import _one_line
+
+        print(f"swin validate: {_one_line(error)}", file=sys.stderr)  # one line, as every command's error
         return 2
 
     model.to(device)

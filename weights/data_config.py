@@ -380,9 +380,10 @@ def _keys() -> tuple[str, ...]:
     )
 
 
-def create_transform(config: dict[str, Any]):
-    """A torchvision transform (PIL image -> normalised tensor) for a ``data_config`` dict: timm's evaluation
-    transform (``timm.data.create_transform`` of the same config), with ``resize_size`` as the resize.
+def create_transform(config: Mapping[str, Any] | str | nn.Module):
+    """A torchvision transform (PIL image -> normalised tensor) for a ``data_config`` dict (or the model or name
+    :func:`data_config` describes): timm's evaluation transform (``timm.data.create_transform`` of the same
+    config), with ``resize_size`` as the resize.
 
     ``crop_mode`` "center" (the default): a square input resizes the shorter side to ``resize_size``; a
     non-square one resizes the image, keeping its aspect ratio, to the smallest size that covers the
@@ -398,6 +399,13 @@ def create_transform(config: dict[str, Any]):
     """
     from torchvision import transforms
 
+    if isinstance(config, (str, nn.Module)):
+        config = data_config(config)
+    elif not isinstance(config, Mapping):
+        raise TypeError(
+            f"create_transform takes a data_config dict, a model or a name, got {type(config).__name__}; "
+            "e.g. create_transform(swin.data_config(model))"
+        )
     _, height, width = config["input_size"]
     mode = transforms.InterpolationMode(config["interpolation"])
     crop_mode = config.get("crop_mode") or "center"
@@ -456,7 +464,12 @@ def resize_box(config: Mapping[str, Any]) -> tuple[int, int]:
             f"resize_size {size!r} and crop_pct {crop_pct} disagree: crop_pct resizes to {side} "
             f"(floor(input / crop_pct), as timm's transform, which reads crop_pct alone); leave resize_size out to "
             "follow crop_pct, or "
-            + (f"set crop_pct to {fits}, which resizes to {size!r}" if fits else "set the crop_pct that resizes to it")
+            + (
+                f"give it together with crop_pct={fits}, which resizes to {size!r} (e.g. "
+                f"pretrained_cfg.update(resize_size={size!r}, crop_pct={fits}))"
+                if fits
+                else "give it together with the crop_pct that resizes to it"
+            )
         )
     return box
 

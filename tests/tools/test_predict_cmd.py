@@ -207,3 +207,16 @@ def test_top_below_one_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as caught:
         main(["predict", "image.png", "--model", "swin_t", "--top", "0"])
     assert caught.value.code == 2 and "--top: takes a whole number of at least 1, got '0'" in capsys.readouterr().err
+
+
+def test_a_missing_image_is_named_before_any_weights_are_fetched(tmp_path, capsys, monkeypatch):
+    """A typo in the image path waited for the weights' download first (or, offline, reported the missing
+    weights instead)."""
+    monkeypatch.setenv("SWIN_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    code = main(["predict", str(tmp_path / "nope.png"), "--model", "swin_t.ms_in1k"])
+    err = capsys.readouterr().err
+    assert (
+        code == 1
+        and err == f"swin predict: {tmp_path / 'nope.png'}: no such image file; pass the path of a PNG or JPEG image\n"
+    )

@@ -195,6 +195,7 @@ def test_fails_clearly_on_unknown_tag_and_missing_weights(tmp_path, capsys, monk
     monkeypatch.setenv("SWIN_OFFLINE", "1")
     code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val")
     assert code == 2 and "offline" in err
+    assert err.count("\n") == 1 and "place it (any supported layout) at:" in err  # one line, as every command's
 
 
 def test_a_torchvision_file_is_scored_with_torchvision_preprocessing(tmp_path, capsys):

@@ -224,11 +224,16 @@ def test_the_resize_follows_an_edited_crop_as_timms_transform_does():
     image = _noise_image(300, 260)
     torch.testing.assert_close(create_transform(config)(image), timm_transform(**theirs)(image), rtol=0, atol=0)
     torch.testing.assert_close(create_transform(theirs)(image), timm_transform(**theirs)(image), rtol=0, atol=0)
+    # a name or a model stands for its data_config
+    default = timm_transform(**resolve_data_config({}, model=model))
+    torch.testing.assert_close(create_transform("swin_t")(image), default(image), rtol=0, atol=0)
+    with pytest.raises(TypeError, match="takes a data_config dict, a model or a name, got int"):
+        create_transform(3)
     # the crop the error suggests makes the resize asked for, in timm's transform too
     ours = swin.create_model("swin_t", embed_dim=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
-    with pytest.raises(ValueError, match="set crop_pct to ([0-9.]+), which resizes to 300") as refused:
+    with pytest.raises(ValueError, match="together with crop_pct=([0-9.]+), which resizes to 300") as refused:
         ours.pretrained_cfg = {"resize_size": 300}
-    crop = float(refused.value.args[0].rsplit("set crop_pct to ", 1)[1].split(",")[0])
+    crop = float(refused.value.args[0].rsplit("together with crop_pct=", 1)[1].split(",")[0])
     ours.pretrained_cfg = {"resize_size": 300, "crop_pct": crop}
     assert timm_transform(**resolve_model_data_config(ours)).transforms[0].size == 300
 
