@@ -514,3 +514,19 @@ def test_a_models_own_pretrained_cfg_passed_back_names_its_tag(monkeypatch, tmp_
         swin.create_model("swin_t", pretrained=True, pretrained_cfg_overlay=own)
     with pytest.raises(ValueError, match="two different weights"):
         swin.create_model("swin_t.ms_in1k", pretrained=True, pretrained_cfg_overlay=own)
+
+
+@pytest.mark.parametrize(
+    ("filters", "exclude"),
+    [("swin*", ["*v2*", "*384*"]), (["*tiny*", "*small*"], "*v2*"), ("swinv2*", "*window8*")],
+)
+def test_list_models_takes_timms_filter_and_exclude_filters(filters, exclude):
+    """timm's keywords: filter= and exclude_filters= (a pattern or a list); ours match timm's names too, so the
+    architectures listed are those of timm's list, by their timm names."""
+    ours = swin.list_models(filter=filters, exclude_filters=exclude)
+    timm_names = {alias for name in ours for alias in swin.get_config(name).aliases if timm.is_model(alias)}
+    registered = {alias for name in swin.list_models() for alias in swin.get_config(name).aliases}
+    assert ours and timm_names == set(timm.list_models(filter=filters, exclude_filters=exclude)) & registered
+    assert swin.list_models(filters, exclude_filters=exclude) == ours
+    with pytest.raises(TypeError, match="pass one of them"):
+        swin.list_models("swin_t", filter="swin_s")
