@@ -145,7 +145,8 @@ class SwinTrunk(nn.Module):
         what = f"{layout}'s layout" if layout != "official" else "a wrapper or under a prefix"
         return (
             f"The state dict is in {what}: load swin.weights.convert(state_dict), which gives this model's layout "
-            "(as create_model(..., checkpoint_path=FILE) does)"
+            "(as create_model(..., checkpoint_path=FILE) does; timm's load_checkpoint takes it as "
+            "filter_fn=swin.weights.convert)"
         )
 
     # -- input checks and the embedding edge -----------------------------------------------------------

@@ -530,3 +530,19 @@ def test_list_models_takes_timms_filter_and_exclude_filters(filters, exclude):
     assert swin.list_models(filters, exclude_filters=exclude) == ours
     with pytest.raises(TypeError, match="pass one of them"):
         swin.list_models("swin_t", filter="swin_s")
+
+
+def test_convert_is_a_timm_filter_fn(tmp_path):
+    """timm's load_checkpoint(model, path, filter_fn=...) calls filter_fn(state_dict, model): convert takes the
+    model as 'auto' (it failed naming the whole model as an unknown layout), so a timm checkpoint loads into ours."""
+    from timm.models import load_checkpoint
+
+    theirs = timm.create_model("swin_tiny_patch4_window7_224", embed_dim=32, num_heads=(1, 2, 4, 8)).eval()
+    torch.save(theirs.state_dict(), tmp_path / "timm.pth")
+    ours = swin.create_model("swin_t", embed_dim=32, num_heads=(1, 2, 4, 8)).eval()
+    load_checkpoint(ours, str(tmp_path / "timm.pth"), filter_fn=swin.weights.convert)
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="filter_fn=swin.weights.convert"):
+        ours.load_state_dict(theirs.state_dict())

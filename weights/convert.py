@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 
 import torch
+from torch import nn
 
 from .checks import require_swin_trunk
 from .layouts import DETECTION_ORDER, LAYOUTS, Layout
@@ -173,8 +174,11 @@ def _layout(name: str) -> Layout:
     return LAYOUTS[name]
 
 
-def convert(state_dict: Mapping, source: str = "auto") -> dict[str, torch.Tensor]:
+def convert(state_dict: Mapping, source: str | nn.Module = "auto") -> dict[str, torch.Tensor]:
     """Our (official) layout from a checkpoint of layout ``source`` ("auto" detects it from the keys).
+
+    As timm's ``filter_fn`` (``timm.models.load_checkpoint(model, path, filter_fn=swin.weights.convert)``), a
+    model given as ``source`` means "auto".
 
     ``source`` is one of "official", "timm", "torchvision", "transformers" (Swin and Swin V2, 4.x and 5.x
     key names), "mmdet" (mmdetection / mmsegmentation) or "auto". Wrappers (``model``, ``state_dict``,
@@ -182,6 +186,8 @@ def convert(state_dict: Mapping, source: str = "auto") -> dict[str, torch.Tensor
     and derived buffers (``relative_position_index``, ``attn_mask``) dropped. Keys that are not part of a Swin
     trunk (a detector's neck, heads or detection transformer, per-level ``norm0..3``) pass through.
     """
+    if isinstance(source, nn.Module):  # called as timm's filter_fn(state_dict, model)
+        source = "auto"
     sd = unwrap(state_dict)
     out = _convert(sd, _layout(detect_layout(sd) if source == "auto" else source))
     return out | {k: v for k, v in sd.items() if k in sd.passthrough and k not in out}
