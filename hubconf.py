@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 
 dependencies = ["torch", "timm", "einops", "yaml", "safetensors", "filelock"]
 
@@ -26,6 +27,12 @@ def _swin():
     import swin
 
     here = os.path.dirname(os.path.abspath(swin.__file__)) == os.path.join(_ROOT, "swin")
+    if not here:
+        warnings.warn(
+            f"swin was imported from {os.path.dirname(swin.__file__)} before this hub entry: its models are "
+            f"built, not those of {_ROOT}",
+            stacklevel=3,
+        )
     for sub in _SUBPACKAGES:
         name = f"swin.{sub}"
         if not here or name in sys.modules:
@@ -41,6 +48,7 @@ def _swin():
         except BaseException:
             del sys.modules[name]
             raise
+        setattr(swin, sub, module)  # as an import of the installed subpackage does
     return swin
 
 

@@ -136,7 +136,8 @@ import swin
 x = torch.randn(1, 3, 224, 224)
 with torch.no_grad():
     gap = (ours(x) - timm_model(x)).abs().max().item()
-print(swin.layers.__file__, sys.modules["swin.tools"].__file__, gap, len(backbone(torch.randn(1, 3, 256, 256))))
+import swin.tools  # an attribute of swin too, as the installed package's
+print(swin.layers.__file__, swin.tools.__file__, gap, len(backbone(torch.randn(1, 3, 256, 256))))
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         ours = isinstance(error, (KeyError, ValueError, TypeError, OSError, ImportError, pickle.UnpicklingError))
         kind = "" if ours else f"{type(error).__name__}: "
         hint = "" if ours else " (SWIN_DEBUG=1 shows the traceback)"
-        print(f"swin {args.command}: {kind}{_one_line(error)}{hint}", file=sys.stderr)
+        print(f"swin {args.command}: {kind}{_one_line(error, limit=4000)}{hint}", file=sys.stderr)
         return 2 if isinstance(error, KeyError) else 1
 
 

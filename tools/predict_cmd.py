@@ -104,8 +104,8 @@ def cmd_predict(args) -> int:
     # A missing image is named before any weights are fetched (a typo must not wait for a download); the
     # weights are located (fetched if need be) before the image is read, and read after it: a bad image costs
     # no checkpoint read.
-    if not os.path.exists(args.image):
-        read_image(args.image)  # its "no such image file" error
+    if os.path.isdir(args.image) or not os.path.exists(args.image):
+        read_image(args.image, " (swin validate scores a folder)")  # its "no such image file" or folder error
     located = locate_weights(
         arch, args.weights if args.weights else (named.tag if named else True), model_for=entry_model
     )

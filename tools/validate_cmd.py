@@ -260,7 +260,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except (DatasetError, FileNotFoundError, ValueError, KeyError, UnsafeCheckpointError) as error:
         from .cli import _one_line
 
-        print(f"swin validate: {_one_line(error)}", file=sys.stderr)  # one line, as every command's error
+        # one line, as every command's error, and whole (an offline error ends with where to put a copy)
+        print(f"swin validate: {_one_line(error, limit=4000)}", file=sys.stderr)
         return 2
 
     model.to(device)

@@ -220,3 +220,11 @@ def test_a_missing_image_is_named_before_any_weights_are_fetched(tmp_path, capsy
         code == 1
         and err == f"swin predict: {tmp_path / 'nope.png'}: no such image file; pass the path of a PNG or JPEG image\n"
     )
+
+
+def test_a_folder_given_as_the_image_is_named_before_any_weights_are_fetched(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SWIN_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    code = main(["predict", str(tmp_path), "--model", "swin_t.ms_in1k"])
+    err = capsys.readouterr().err
+    assert code == 1 and "swin validate scores a folder" in err and "offline" not in err

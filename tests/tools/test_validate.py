@@ -191,11 +191,12 @@ def test_fails_clearly_on_unknown_tag_and_missing_weights(tmp_path, capsys, monk
     assert code == 2 and "no pretrained tag 'no_such_tag' for swin_t" in err
     code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val", "--checkpoint", tmp_path / "nope.pth")
     assert code == 2 and f"--weights {tmp_path / 'nope.pth'}: no such file" in err
-    monkeypatch.setenv("SWIN_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SWIN_HOME", str(tmp_path / ("a_long_cache_folder_name_" * 4)))
     monkeypatch.setenv("SWIN_OFFLINE", "1")
     code, _, err = run(capsys, "swin_t", "--data", tmp_path / "val")
     assert code == 2 and "offline" in err
     assert err.count("\n") == 1 and "place it (any supported layout) at:" in err  # one line, as every command's
+    assert err.endswith("swin_tiny_patch4_window7_224.pth\n")  # whole: the last place to put a copy included
 
 
 def test_a_torchvision_file_is_scored_with_torchvision_preprocessing(tmp_path, capsys):
