@@ -6,6 +6,9 @@ with ``torchrun``.
     torchrun --nproc-per-node 4 examples/finetune.py --model swin_t --pretrained ms_in1k --data train/ ...
     python examples/finetune.py --steps 20      # no --data: random images, to check the loop runs
 
+``--output DIR`` keeps ``model.pth`` (our layout), ``metrics.json`` (what rebuilds it) and ``hf/``, the model as
+a timm folder (``swin.save_for_hf``: ``create_model("local-dir:DIR/hf", pretrained=True)`` in swin or timm).
+
 ``--data`` is an ImageFolder (one folder per class; ``--num-classes`` defaults to the number of folders);
 ``--batch-size`` is per process. Arguments and the data are checked before a model is built, and the
 model's options (``--model-kwargs``) as it is built: each problem is one line. ``--amp auto`` (the
@@ -21,6 +24,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from itertools import count
 from pathlib import Path
@@ -130,7 +134,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=non_negative_int, default=4)
     p.add_argument("--seed", type=int, default=0, help="each process seeds with --seed + its rank")
     p.add_argument("--log-every", type=positive_int, default=10)
-    p.add_argument("--output", type=Path, help="directory for the final weights and metrics.json (rank 0)")
+    p.add_argument(
+        "--output", type=Path, help="directory for the final weights, metrics.json and hf/ (a timm folder; rank 0)"
+    )
     return p.parse_args(argv)
 
 
@@ -332,6 +338,10 @@ def main(argv: list[str] | None = None) -> dict:
         args.output.mkdir(parents=True, exist_ok=True)
         torch.save(bare.state_dict(), args.output / "model.pth")
         (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        try:  # and as a timm folder: swin.create_model or timm.create_model("local-dir:OUTPUT/hf", pretrained=True)
+            swin.save_for_hf(bare, args.output / "hf")
+        except (TypeError, ValueError) as error:  # a model timm's Swin cannot build: model.pth alone
+            print(f"not written as a timm folder: {error}", file=sys.stderr)
     if world_size > 1:
         dist.destroy_process_group()
     return metrics

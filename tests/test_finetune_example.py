@@ -61,6 +61,12 @@ def test_few_steps_learn_with_layer_decayed_groups_and_schedule(tmp_path, monkey
     state = torch.load(weights, weights_only=True)
     for key, value in reloaded.state_dict().items():
         assert torch.equal(value, state[key]), key
+    # and as a timm folder, which timm builds with the same outputs
+    timm = pytest.importorskip("timm")
+    theirs = timm.create_model(f"local-dir:{tmp_path / 'hf'}", pretrained=True).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), reloaded.eval()(x), rtol=1e-5, atol=1e-5)
 
 
 def test_runs_under_torchrun_with_two_ranks(tmp_path):
