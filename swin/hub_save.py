@@ -22,6 +22,7 @@ from torch import nn
 from .atomic import atomic_output
 from .model import SwinTransformer
 from .registry import SwinConfig, get_config
+from .weights.hub_model import LOCAL_WEIGHT_FILES
 
 __all__ = ["save_for_hf"]
 
@@ -49,8 +50,6 @@ _NOT_IN_TIMM = {
     "version": "another Swin version",
 }
 _WEIGHT_FILES = {"model.safetensors": "safetensors", "pytorch_model.bin": "pickle"}
-# The file names timm's local-dir: loader (and ours) takes, in its order, before any other file.
-_LOADED_FIRST = ("model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth")
 
 
 def save_for_hf(model: nn.Module, folder: str | os.PathLike, safe_serialization: bool | str = True) -> Path:
@@ -92,7 +91,7 @@ def save_for_hf(model: nn.Module, folder: str | os.PathLike, safe_serialization:
     names = {True: ["model.safetensors"], False: ["pytorch_model.bin"], "both": list(_WEIGHT_FILES)}
     # weights an earlier save left under another of the names loaders look for first: gone, so that this
     # config.json is never read beside them (model.safetensors comes before pytorch_model.bin in both libraries)
-    for stale in _LOADED_FIRST:
+    for stale in LOCAL_WEIGHT_FILES:
         if stale not in names[safe_serialization] and (folder / stale).is_file():
             (folder / stale).unlink()
     for name in names[safe_serialization]:

@@ -329,8 +329,7 @@ def set_pretrained_cfg(model: nn.Module, values: Mapping[str, Any] | None) -> No
     derived = _derived(model)
     check_preprocessing(_changed(values or {}, derived), "pretrained_cfg", model.config.in_chans)
     values = _plain(values or {})
-    pinned = {k: v for k, v in (values or {}).items() if not _same(v, derived.get(k, _MISSING))}
-    _pin(model, pinned)
+    _pin(model, _changed(values, derived))
 
 
 def _pin(model: nn.Module, pinned: Mapping[str, Any]) -> None:

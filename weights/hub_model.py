@@ -26,6 +26,7 @@ from .size_limits import MAX_CHECKPOINT_BYTES_ENV, format_bytes, max_checkpoint_
 __all__ = [
     "HUB_PREFIX",
     "LOCAL_PREFIX",
+    "LOCAL_WEIGHT_FILES",
     "HubModel",
     "check_buildable",
     "hub_model",
@@ -56,8 +57,8 @@ _KEPT = (
     "label_descriptions",
 )
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-# timm's preferred weight files in a local-dir: folder
-_LOCAL_WEIGHTS = (*_WEIGHTS, "pytorch_model.pth", "model.pth")
+# timm's preferred weight files in a local-dir: folder, in its order (before any other file)
+LOCAL_WEIGHT_FILES = (*_WEIGHTS, "pytorch_model.pth", "model.pth")
 LOCAL_PREFIX = "local-dir:"
 # timm's default head, for a config.json that names none (its PretrainedCfg default)
 _DEFAULT_CLASSES = 1000
@@ -110,7 +111,7 @@ def local_weights(folder: str) -> Path:
     ``pytorch_model.pth``, ``model.pth``, else the first ``*.safetensors``, ``*.pth``, ``*.pth.tar``, ``*.bin`` by
     name (with a warning where there are several)."""
     path = Path(folder).expanduser()
-    for name in _LOCAL_WEIGHTS:
+    for name in LOCAL_WEIGHT_FILES:
         if (path / name).is_file():
             return path / name
     for extension in (".safetensors", ".pth", ".pth.tar", ".bin"):
@@ -124,8 +125,8 @@ def local_weights(folder: str) -> Path:
         if files:
             return files[0]
     raise FileNotFoundError(
-        f"{LOCAL_PREFIX}{folder}: no weights in the folder ({', '.join(_LOCAL_WEIGHTS)}, or any .safetensors, .pth, "
-        ".bin file); pass pretrained=False for the described model without them"
+        f"{LOCAL_PREFIX}{folder}: no weights in the folder ({', '.join(LOCAL_WEIGHT_FILES)}, or any .safetensors, "
+        ".pth, .bin file); pass pretrained=False for the described model without them"
     )
 
 
