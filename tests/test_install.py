@@ -97,7 +97,7 @@ def test_segmentation_without_transformers_says_what_to_install(monkeypatch):
 def test_source_distribution_carries_the_tests_and_license(tmp_path):
     # What a packager runs the suite from: every file under tests/ (conftest.py and the subpackages included),
     # the docs scripts and examples the tests read, and the license text.
-    build_meta = pytest.importorskip("setuptools.build_meta")
+    pytest.importorskip("setuptools", minversion="77")  # pyproject's SPDX license needs it
     source = tmp_path / "source"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     for name in (*SOURCES, "MANIFEST.in", "tests", "docs", "examples"):
@@ -107,12 +107,10 @@ def test_source_distribution_carries_the_tests_and_license(tmp_path):
             shutil.copy2(ROOT / name, source / name)
     dist = tmp_path / "dist"
     dist.mkdir()
-    cwd = os.getcwd()
-    os.chdir(source)
-    try:
-        archive = dist / build_meta.build_sdist(str(dist))
-    finally:
-        os.chdir(cwd)
+    build = f"import setuptools.build_meta as b; print(b.build_sdist({str(dist)!r}))"  # its own process: cwd, logging
+    done = subprocess.run([sys.executable, "-c", build], cwd=source, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    archive = dist / done.stdout.split()[-1]
     with tarfile.open(archive) as tar:
         shipped = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     tests = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*") if p.is_file()}
@@ -125,13 +123,15 @@ def test_torch_hub_loads_from_a_checkout(tmp_path):
     """torch.hub.load(REPO_OR_DIR, "swin_t") as torchvision's: from the checkout itself (the installed
     package hidden), its subpackages found in their folders beside swin/, the model timm's with timm's weights."""
     code = f"""
-import sys
+import importlib.util, sys
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in (getattr(f, "__module__", "") or "")]
+assert importlib.util.find_spec("swin") is None, "the installed package is still importable"
 import torch, timm
 timm_model = timm.create_model("swin_tiny_patch4_window7_224", embed_dim=32, num_heads=(1, 2, 4, 8)).eval()
 ours = torch.hub.load({str(ROOT)!r}, "swin_t", source="local", pretrained=timm_model.state_dict(), embed_dim=32,
                       num_heads=(1, 2, 4, 8)).eval()
-backbone = torch.hub.load({str(ROOT)!r}, "create_model", "swinv2_t_w8", source="local", features_only=True)
+backbone = torch.hub.load({str(ROOT)!r}, "create_model", "swinv2_t_w8", source="local", features_only=True,
+                          embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1))
 import swin
 x = torch.randn(1, 3, 224, 224)
 with torch.no_grad():

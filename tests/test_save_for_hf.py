@@ -132,6 +132,8 @@ def test_a_later_save_in_another_format_leaves_no_stale_weights(tmp_path):
 
 
 def test_per_stage_windows_and_class_names_as_timm_reads_them(tmp_path):
+    if not hasattr(timm.models.swin_transformer, "resolve_stage_window_sizes"):
+        pytest.skip("this timm builds one window for all stages")
     model = swin.create_model("swin_t", window_size=(7, 7, 14, 7), num_classes=4, **SMALL).eval()
     names = ["a", "b", "c", "d"]
     model.pretrained_cfg = {"label_names": names, "label_descriptions": {n: n.upper() for n in names}}

@@ -325,8 +325,11 @@ def test_images_under_linked_folders_are_found_as_imagefolder_finds_them(tmp_pat
     elsewhere.mkdir()
     Image.new("RGB", (8, 8)).save(root / "n01" / "a.png")
     Image.new("RGB", (8, 8)).save(elsewhere / "b.png")
-    (root / "n01" / "linked").symlink_to(elsewhere, target_is_directory=True)
-    (elsewhere / "up").symlink_to(elsewhere, target_is_directory=True)  # a loop
+    try:
+        (root / "n01" / "linked").symlink_to(elsewhere, target_is_directory=True)
+        (elsewhere / "up").symlink_to(elsewhere, target_is_directory=True)  # a loop
+    except (OSError, NotImplementedError):
+        pytest.skip("no symbolic links here")
     theirs = sorted(path for path, _ in ImageFolder(str(root)).samples if "/up/" not in path)
     assert sorted(str(p) for p in find_images(root)["n01"]) == theirs
     assert len(theirs) == 2
