@@ -175,6 +175,8 @@ def test_predict_from_cache_matches_timm(tmp_path, monkeypatch, capsys, swin_hom
 
 def test_predict_without_weights_says_where_to_put_them(tmp_path, monkeypatch, capsys, swin_home):
     monkeypatch.setenv("SWIN_OFFLINE", "1")
+    from PIL import Image
+
     Image.new("RGB", (32, 32)).save(tmp_path / "image.png")  # an image there: a missing one is named first
     assert main(["predict", str(tmp_path / "image.png"), "--model", "swin_t"]) == 1
     assert str(swin_home / "weights" / "swin_t.ms_in1k") in capsys.readouterr().err
