@@ -224,6 +224,14 @@ def fit_state_dict(
         if value.shape != target and key.endswith(_TABLE) and value.ndim == 2 and value.shape[1] == target[1]:
             value = resize_relative_position_bias_table(value, _window_of(model, key, target[0]))
         elif value.shape != target and key == "patch_embed.proj.weight" and value.shape[0] == target[0]:
+            warnings.warn(
+                f"loading {origin}: its patch embedding takes {value.shape[1]} input channels and the model "
+                f"{target[1]}: adapted as timm's adapt_input_conv does ("
+                + ("summed over them" if target[1] == 1 else f"repeated and scaled by {value.shape[1]}/{target[1]}")
+                + ")",
+                UserWarning,
+                stacklevel=3,
+            )
             value = adapt_input_conv(value, target[1])
         elif value.shape != target and key == "absolute_pos_embed" and len(target) == 3:
             value = _fit_position_embedding(value, model, target)

@@ -113,9 +113,13 @@ def test_in_chans_through_create_model(tmp_path, official_w7):
 
     path = tmp_path / "w.pth"
     path.write_bytes(torch_bytes({"model": official_w7}))
-    model = swin.create_model("swin_t", in_chans=4, pretrained=path)
+    # said, not silent (timm logs it; a strict checkpoint_path= load adapts it too, where timm's refuses)
+    with pytest.warns(UserWarning, match=r"patch embedding takes 3 input channels and the model 4: adapted as timm"):
+        model = swin.create_model("swin_t", in_chans=4, pretrained=path)
     expected = timm_adapt(4, official_w7["patch_embed.proj.weight"])
     torch.testing.assert_close(model.patch_embed.proj.weight.detach(), expected)
+    with pytest.warns(UserWarning, match=r"takes 3 input channels and the model 1: adapted .*\(summed over them\)"):
+        swin.create_model("swin_t", in_chans=1, checkpoint_path=path)
 
 
 def test_other_num_classes_drops_the_head_with_a_warning(tmp_path, official_w7):
