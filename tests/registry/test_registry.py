@@ -181,11 +181,15 @@ def test_aliases_follow_the_name_rules(registry, alias):
 
 
 def test_replacing_an_entry_never_hides_its_aliases_from_readers(registry):
-    """Readers take no lock: an overwrite used to delete the old aliases before adding them back."""
+    """Readers take no lock: an overwrite used to delete the old aliases before adding them back. Threads switch
+    every 0.1 ms here (not the default 5 ms), so that readers land inside an overwrite often: the old code failed
+    in 300 overwrites where 1000 at the default interval could pass (and took 30 s)."""
+    import sys
     import threading
 
     swin.register_model(name="mine", aliases=("mine_alias",), **TINY)
     failures, done = [], threading.Event()
+    interval = sys.getswitchinterval()
 
     def read():
         while not done.is_set():
@@ -195,13 +199,17 @@ def test_replacing_an_entry_never_hides_its_aliases_from_readers(registry):
                 failures.append(error)
 
     readers = [threading.Thread(target=read) for _ in range(2)]
-    for thread in readers:
-        thread.start()
-    for _ in range(1000):
-        swin.register_model(name="mine", aliases=("mine_alias",), overwrite=True, **TINY)
-    done.set()
-    for thread in readers:
-        thread.join()
+    sys.setswitchinterval(1e-4)
+    try:
+        for thread in readers:
+            thread.start()
+        for _ in range(300):
+            swin.register_model(name="mine", aliases=("mine_alias",), overwrite=True, **TINY)
+    finally:
+        done.set()
+        for thread in readers:
+            thread.join()
+        sys.setswitchinterval(interval)
     assert failures == []
 
 
