@@ -32,6 +32,7 @@ _EXPORTS = {
     "register_model": ".registry",
     "resolve_name": ".registry",
     "save_for_hf": ".hub_save",
+    "save_for_transformers": ".hub_save_transformers",
 }
 
 # submodules reachable as attributes after ``import swin`` (``swin.export.export_onnx``, ``swin.weights``)

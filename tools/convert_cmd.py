@@ -104,18 +104,22 @@ def cmd_convert(args) -> int:
     return 0
 
 
+_LIBRARIES = {"timm": "timm's Swin", "torchvision": "torchvision's Swin", "transformers": "transformers' Swin"}
+
+
 def _note_foreign_keys(out: dict[str, torch.Tensor], state, target: str) -> None:
-    """Say which kept keys timm's model has no place for: a detector's parts beside its
-    backbone and its per-stage norms (norm0..3) are written as they are, and a strict load there refuses them."""
-    if target != "timm":
+    """Say which kept keys the target library's model has no place for: a detector's parts beside its backbone
+    (and for timm its per-stage norms, norm0..3) are written as they are, and a strict load there refuses them."""
+    if target not in _LIBRARIES:
         return
-    foreign = sorted(set(getattr(state, "passthrough", ())) | {k for k in out if re.match(r"norm\d+\.", k)})
+    stage_norms = {k for k in out if re.match(r"norm\d+\.", k)} if target == "timm" else set()
+    foreign = sorted(set(getattr(state, "passthrough", ())) | stage_norms)
     if foreign:
         groups = sorted({k.split(".", 1)[0] + ".*" for k in foreign})
         shown = ", ".join(groups[:6]) + (", ..." if len(groups) > 6 else "")
         print(
-            f"note: {len(foreign)} key(s) are a detector's, kept as they are ({shown}): timm's Swin has no place "
-            "for them; load the file there with strict=False",
+            f"note: {len(foreign)} key(s) are a detector's, kept as they are ({shown}): {_LIBRARIES[target]} has no "
+            "place for them; load the file there with strict=False",
             file=sys.stderr,
         )
 
@@ -131,7 +135,14 @@ def register(sub) -> None:
     )
     p.add_argument("input", metavar="IN", help="the checkpoint to read (.safetensors, .pth, .pt, .bin, any layout)")
     p.add_argument("output", metavar="OUT", help=f"output file: {', '.join(OUTPUT_FORMATS)}")
-    p.add_argument("--to", choices=("official", "timm", "swin"), default="swin", help="target layout")
+    p.add_argument(
+        "--to",
+        choices=("swin", "official", "timm", "torchvision", "transformers"),
+        default="swin",
+        help="target layout (default swin: ours, the official layout without derived buffers); torchvision: its "
+        "module tree with its saved buffers, for load_state_dict; transformers: the names save_pretrained writes "
+        "(for a folder from_pretrained reads, with its config.json: swin.save_for_transformers)",
+    )
     p.add_argument(
         "--from",
         dest="source",

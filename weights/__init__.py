@@ -6,9 +6,10 @@
 """
 
 from .adapt import adapt_input_conv, fit_state_dict, resize_relative_position_bias_table
-from .convert import convert, detect_layout, export, unwrap
+from .convert import convert, detect_layout, unwrap
 from .data_config import create_transform, data_config
 from .download import DownloadError
+from .export_layout import export
 from .layouts import LAYOUTS
 from .manifest import PretrainedEntry, get_entry, list_pretrained, register_pretrained
 from .pretrained import WeightsNotFoundError, fetch, fetch_url, load_checkpoint, load_pretrained

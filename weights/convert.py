@@ -11,7 +11,7 @@ from torch import nn
 from .checks import require_swin_trunk
 from .layouts import DETECTION_ORDER, LAYOUTS, Layout
 
-__all__ = ["Unwrapped", "convert", "export", "detect_layout", "unwrap"]
+__all__ = ["Unwrapped", "convert", "detect_layout", "unwrap"]
 
 # Keys a checkpoint keeps its state dict under, the first one present winning. The moving average (EMA) of
 # the weights comes before the weights themselves, as timm's ``load_state_dict(use_ema=True)``, its default,
@@ -199,19 +199,3 @@ def _convert(sd: Mapping[str, torch.Tensor], layout: Layout) -> dict[str, torch.
     for transform in layout.to_ours_transforms:
         out = transform(out)
     return out
-
-
-def export(state_dict: Mapping, target: str = "official") -> dict[str, torch.Tensor]:
-    """A state dict in our layout rewritten for ``target`` ("official" or "timm")."""
-    layout = _layout(target)
-    if target != "official" and not layout.from_ours:
-        exportable = [name for name, lay in LAYOUTS.items() if name == "official" or lay.from_ours]
-        raise ValueError(f"export to {target!r} is not supported; export targets: {', '.join(exportable)}")
-    sd = unwrap(state_dict)
-    if target == "timm" and "absolute_pos_embed" in sd:
-        raise ValueError(
-            "timm's Swin has no absolute position embedding (ape): its strict load refuses absolute_pos_embed and a "
-            "lenient one drops it; export this model to 'official' instead"
-        )
-    out = _apply(sd, layout.from_ours, layout.drop)
-    return out | {k: v for k, v in sd.items() if k in sd.passthrough and k not in out}

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .export_transforms import fill_qkv_bias, hf_prefix, split_qkv
+
 __all__ = [
     "Layout",
     "LAYOUTS",
@@ -43,6 +45,8 @@ class Layout:
         to_ours: rename rules, theirs -> ours, applied in order to each key.
         to_ours_transforms: tensor transforms applied after renaming (many keys -> one, reordering).
         from_ours: rename rules, ours -> theirs (empty: no export to this layout).
+        from_ours_before: tensor transforms applied to our keys before ``from_ours`` renames them.
+        from_ours_after: tensor transforms applied to the renamed keys.
         drop: keys matching this regex are derived state and skipped.
         signature: regexes; a key matching any of them marks a checkpoint as this layout.
     """
@@ -51,6 +55,8 @@ class Layout:
     to_ours: tuple[Rule, ...] = ()
     to_ours_transforms: tuple[Transform, ...] = ()
     from_ours: tuple[Rule, ...] = ()
+    from_ours_before: tuple[Transform, ...] = ()
+    from_ours_after: tuple[Transform, ...] = ()
     drop: str = BUFFER_KEYS
     signature: tuple[str, ...] = field(default=())
 
@@ -180,6 +186,16 @@ TORCHVISION = Layout(
     ),
     # Swin V2 (swin_v2_t/s/b): the same module tree; its fused qkv bias becomes the official q_bias / v_bias.
     to_ours_transforms=(split_qkv_bias_v2,),
+    # torchvision's derived buffers are persistent: swin.weights.export adds them (they need the windows)
+    from_ours_before=(fill_qkv_bias,),
+    from_ours=(
+        (r"^patch_embed\.proj\.", "features.0.0."),
+        (r"^patch_embed\.norm\.", "features.0.2."),
+        (r"^layers\.(\d+)\.blocks\.", lambda m: f"features.{2 * int(m.group(1)) + 1}."),
+        (r"^layers\.(\d+)\.downsample\.", lambda m: f"features.{2 * int(m.group(1)) + 2}."),
+        (r"\.mlp\.fc1\.", ".mlp.0."),
+        (r"\.mlp\.fc2\.", ".mlp.3."),
+    ),
     signature=(r"^features\.0\.0\.",),
 )
 
@@ -212,6 +228,28 @@ TRANSFORMERS = Layout(
         (r"\.blocks\.(\d+)\.output\.dense\.", r".blocks.\1.mlp.fc2."),
     ),
     to_ours_transforms=(qv_bias_v2, merge_qkv),
+    # what save_pretrained writes (the 4.x names), which from_pretrained reads in 4.x and 5.x
+    from_ours_before=(split_qkv,),
+    from_ours=(
+        (r"^patch_embed\.proj\.", "embeddings.patch_embeddings.projection."),
+        (r"^patch_embed\.norm\.", "embeddings.norm."),
+        (r"^absolute_pos_embed$", "embeddings.position_embeddings"),
+        (r"^layers\.(\d+)\.", r"encoder.layers.\1."),
+        (r"^norm\.", "layernorm."),
+        (r"^norm(\d)\.", lambda m: f"hidden_states_norms.stage{int(m.group(1)) + 1}."),
+        (r"^head\.", "classifier."),
+        (r"\.norm1\.", ".layernorm_before."),
+        (r"\.norm2\.", ".layernorm_after."),
+        (r"\.attn\.(relative_position_bias_table|logit_scale)$", r".attention.self.\1"),
+        (r"\.attn\.cpb_mlp\.", ".attention.self.continuous_position_bias_mlp."),
+        (r"\.attn\.q\.", ".attention.self.query."),
+        (r"\.attn\.k\.", ".attention.self.key."),
+        (r"\.attn\.v\.", ".attention.self.value."),
+        (r"\.attn\.proj\.", ".attention.output.dense."),
+        (r"\.mlp\.fc1\.", ".intermediate.dense."),
+        (r"\.mlp\.fc2\.", ".output.dense."),
+    ),
+    from_ours_after=(hf_prefix,),
     signature=(r"embeddings\.patch_embeddings\.", r"\.layernorm_before\.", r"\.attention\.(self|q_proj)"),
 )
 

@@ -1,0 +1,248 @@
+"""``save_for_transformers``: a model written as a Hugging Face transformers folder, which
+``AutoModelForImageClassification.from_pretrained(FOLDER)`` (or ``AutoModel``, ``AutoBackbone``) and
+``pipeline("image-classification", model=FOLDER)`` read.
+
+The folder is what transformers' ``save_pretrained`` writes for its Swin: ``config.json`` (transformers' own
+``SwinConfig`` / ``Swinv2Config``, with the architecture class, the labels and every field of the model),
+``model.safetensors`` in the names ``save_pretrained`` writes, and ``preprocessor_config.json`` for
+transformers' ``BitImageProcessor``: the shorter side resized (bicubic) to the size the model's ``crop_pct``
+gives, a center crop to its input size, the model's mean and std. What transformers' Swin cannot build (per-stage
+or rectangular windows, no patch norm, a pooling other than the average, a backbone of classification semantics)
+is refused, naming what to do instead.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from .atomic import atomic_output
+from .backbone import SwinBackbone
+from .model import SwinTransformer
+from .weights.hub_model import LOCAL_WEIGHT_FILES
+
+__all__ = ["save_for_transformers"]
+
+# transformers' PILImageResampling values, as its processors store them
+_RESAMPLE = {"bicubic": 3, "bilinear": 2, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
+
+
+def save_for_transformers(model: nn.Module, folder: str | os.PathLike) -> Path:
+    """Write ``model`` to ``folder`` as transformers' ``save_pretrained`` would: ``config.json``,
+    ``model.safetensors`` and ``preprocessor_config.json``, each written whole or not at all (the folder is
+    made if missing; weights an earlier save left under another name transformers reads first are removed).
+
+    A classifier becomes ``SwinForImageClassification`` (``Swinv2ForImageClassification`` for Swin V2), with
+    its class names as ``id2label`` while they name the head's classes; one without a head (``num_classes=0``)
+    ``SwinModel``, whose ``pooler_output`` is our output; a ``features_only`` backbone ``SwinBackbone`` (the
+    same detection semantics: pad before the shift, windows never shrunk), its stages as ``out_features``.
+
+    Needs transformers (``pip install transformers``), whose configuration classes write the configuration.
+
+    Returns:
+        The folder.
+
+    Raises:
+        TypeError: not one of our models (an ``OptimizedModel``: save its ``.model``).
+        ValueError: a model transformers' Swin cannot build (the message says which field and what to do).
+    """
+    kind = _kind(model)
+    try:
+        import transformers
+    except ImportError as error:
+        raise ImportError(
+            "save_for_transformers writes transformers' own configuration and needs transformers: "
+            "pip install transformers"
+        ) from error
+    config = _hf_config(model, kind, transformers)
+    from .weights import export
+
+    tensors = {k: v.detach().contiguous() for k, v in export(model.state_dict(), "transformers").items()}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in LOCAL_WEIGHT_FILES:  # pytorch_model.bin and the like beside the new weights
+        if stale != "model.safetensors" and (folder / stale).is_file():
+            (folder / stale).unlink()
+    from safetensors.torch import save_file
+
+    with atomic_output(folder / "model.safetensors") as temporary:
+        save_file(tensors, temporary, metadata={"format": "pt"})
+    with atomic_output(folder / "config.json") as temporary:
+        config.to_json_file(temporary)
+    if kind != "SwinBackbone":
+        processor, why_not = _image_processor(model, transformers)
+        if processor is None:
+            warnings.warn(
+                f"save_for_transformers: no preprocessor_config.json written ({why_not}): from_pretrained reads the "
+                "model, pipeline() needs an image processor of yours saved beside it",
+                UserWarning,
+                stacklevel=2,
+            )
+        else:
+            with atomic_output(folder / "preprocessor_config.json") as temporary:
+                processor.to_json_file(temporary)
+    return folder
+
+
+def _kind(model: nn.Module) -> str:
+    if isinstance(model, SwinBackbone):
+        if model.config.version == 2:
+            raise ValueError(
+                "transformers' Swinv2Backbone shrinks windows and drops the shift as its classifier does, where a Swin "
+                "V2 backbone here keeps the detection rules: it would compute other features; save its state_dict"
+            )
+        if model.semantics != "detection":
+            raise ValueError(
+                "transformers' SwinBackbone runs the detection rules (pad before the shift, windows never shrunk), and "
+                f"this backbone the {model.semantics} ones; save one built with the default semantics"
+            )
+        return "SwinBackbone"
+    if isinstance(model, SwinTransformer):
+        if model.semantics != "classification":
+            raise ValueError(
+                f"the model runs with {model.semantics} semantics, which transformers' Swin classifier has not; save "
+                "one built with the default (classification) semantics"
+            )
+        if model.global_pool != "avg":
+            raise ValueError(
+                f"global_pool={model.global_pool!r}: transformers' Swin averages the tokens before its classifier; "
+                "save a model with global_pool='avg', or its state_dict"
+            )
+        return "ForImageClassification" if model.num_classes else "Model"
+    hint = "save the model it runs (its .model)" if isinstance(getattr(model, "model", None), nn.Module) else ""
+    raise TypeError(
+        f"save_for_transformers writes one of swin's models (a classifier or a features_only backbone), got "
+        f"{type(model).__name__}" + (f"; {hint}" if hint else "")
+    )
+
+
+def _hf_config(model: nn.Module, kind: str, transformers: Any) -> Any:
+    """transformers' configuration of ``model``: every field of its architecture, the class to build, labels."""
+    config = model.config
+    if not isinstance(config.window_size, int):
+        raise ValueError(
+            f"window_size={config.window_size!r}: transformers' Swin takes one square window for every stage; save "
+            "this model's state_dict (swin convert --to official) or a timm folder (swin.save_for_hf) instead"
+        )
+    if not config.patch_norm:
+        raise ValueError(
+            "patch_norm=False: transformers' Swin always norms the patch embedding; save this model's state_dict "
+            "(swin convert --to official) instead"
+        )
+    if kind != "SwinBackbone":
+        _same_rules_at_built_size(config)
+    stages = model.num_layers  # a backbone builds the stages up to the last one it outputs
+    height, width = config.img_size
+    args = {
+        "image_size": height if height == width else [height, width],
+        "patch_size": config.patch_size,
+        "num_channels": config.in_chans,
+        "embed_dim": config.embed_dim,
+        "depths": list(config.depths[:stages]),
+        "num_heads": list(config.num_heads[:stages]),
+        "window_size": config.window_size,
+        "mlp_ratio": config.mlp_ratio,
+        "qkv_bias": config.qkv_bias,
+        "hidden_dropout_prob": config.proj_drop_rate,
+        "attention_probs_dropout_prob": config.attn_drop_rate,
+        "drop_path_rate": config.drop_path_rate,
+        "use_absolute_embeddings": config.ape,
+        "layer_norm_eps": 1e-5,
+    }
+    if config.version == 2:
+        args["pretrained_window_sizes"] = list(config.pretrained_window_sizes[:stages])
+    if kind == "SwinBackbone":
+        args["out_features"] = [f"stage{i + 1}" for i in model.out_indices]
+    elif kind == "ForImageClassification":
+        args["num_labels"] = model.num_classes
+        names = _labels(model)
+        if names:
+            args["id2label"] = dict(enumerate(names))
+            args["label2id"] = {name: i for i, name in enumerate(names)}
+    prefix = "Swinv2" if config.version == 2 else "Swin"
+    hf_config = getattr(transformers, f"{prefix}Config")(**args)
+    hf_config.architectures = ["SwinBackbone" if kind == "SwinBackbone" else prefix + kind]
+    return hf_config
+
+
+def _same_rules_at_built_size(config: Any) -> None:
+    """A ValueError where transformers' classifier, given the model's own input size, would compute otherwise:
+    where a stage's map needs padding (transformers pads before the cyclic shift, the classification rules
+    here after it, as timm and the official code), patch merging meets an odd map (transformers' sizes round
+    down), or a non-square map is not larger than the window (transformers shrinks both axes, the rules here
+    each axis on its own)."""
+    window = config.window_size
+    sizes = config.stage_sizes()
+    for stage, (h, w) in enumerate(sizes):
+        fits = h == w if min(h, w) <= window else h % window == 0 and w % window == 0
+        if not fits:
+            problem = (
+                f"is not square and not larger than the {window}x{window} window (transformers shrinks both axes "
+                "to the map, the rules here each axis on its own)"
+                if min(h, w) <= window
+                else f"is no multiple of the {window}x{window} window (transformers pads it before the cyclic shift, "
+                "the classification rules here after it)"
+            )
+        elif stage < len(sizes) - 1 and (h % 2 or w % 2):
+            problem = "is odd before patch merging (transformers rounds the next map down, the rules here up)"
+        else:
+            continue
+        raise ValueError(
+            f"at its input size {config.img_size[0]}x{config.img_size[1]}, stage {stage + 1}'s {h}x{w} map {problem}: "
+            "transformers' model would compute other outputs; save a model whose img_size gives window multiples "
+            "at every stage, even before each patch merging (224 at window 7, 256 at 8, 384 at 12)"
+        )
+
+
+def _labels(model: SwinTransformer) -> list[str] | None:
+    """The head's class names as transformers' Swin checkpoints give them (ImageNet's descriptions, "tench,
+    Tinca tinca"), while they name the head's classes: a hub folder's ``label_names`` (through its
+    ``label_descriptions`` where it has them), else the pretrained config's timm label set; else None."""
+    cfg = model.pretrained_cfg
+    names = cfg.get("label_names")
+    if names:
+        descriptions = cfg.get("label_descriptions") or {}
+        names = [descriptions.get(name, name) for name in names]
+    elif cfg.get("labels"):
+        from .weights.data_config import class_names
+
+        try:
+            names = class_names(cfg)
+        except Exception:  # a label set this timm does not ship: transformers' LABEL_i
+            names = None
+    return list(names) if names and len(names) == model.num_classes else None
+
+
+def _image_processor(model: nn.Module, transformers: Any) -> tuple[Any, str]:
+    """transformers' ``BitImageProcessor`` with the model's evaluation transform (shorter side to the size
+    ``crop_pct`` gives, center crop to the input size, scaled to [0, 1], normalised by the model's mean and
+    std), or None and why where its steps cannot say that transform."""
+    from .weights.data_config import data_config
+
+    cfg = data_config(model)
+    _, height, width = cfg["input_size"]
+    if height != width or cfg["crop_mode"] != "center":
+        return (
+            None,
+            f"its {height}x{width} input with crop_mode {cfg['crop_mode']!r} is no shorter-side resize and crop",
+        )
+    if cfg["interpolation"] not in _RESAMPLE:
+        return None, f"interpolation {cfg['interpolation']!r} has no PIL filter in transformers' processors"
+    processor = transformers.BitImageProcessor(
+        do_resize=True,
+        size={"shortest_edge": cfg["resize_size"]},
+        resample=_RESAMPLE[cfg["interpolation"]],
+        do_center_crop=True,
+        crop_size={"height": height, "width": width},
+        do_rescale=True,
+        rescale_factor=1 / 255,
+        do_normalize=True,
+        image_mean=list(cfg["mean"]),
+        image_std=list(cfg["std"]),
+        do_convert_rgb=True,
+    )
+    return processor, ""
