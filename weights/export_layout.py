@@ -65,9 +65,12 @@ def _windows(model: nn.Module) -> Windows:
     """Each window attention of ``model`` (ours) by its prefix in the state dict: its window and the window its
     position coordinates are scaled by (Swin V2's pretrained window; V1: (0, 0))."""
     found = {
-        name: (tuple(module.window), tuple(getattr(module, "pretrained_window", (0, 0))))
+        # by the name the state dict has once unwrapped (a wrapper's module. or model. prefix goes)
+        m.group(1): (tuple(module.window), tuple(getattr(module, "pretrained_window", (0, 0))))
         for name, module in model.named_modules()
-        if hasattr(module, "derived_buffers") and hasattr(module, "window")
+        if hasattr(module, "derived_buffers")
+        and hasattr(module, "window")
+        and (m := re.search(r"(layers\.\d+\.blocks\.\d+\.attn)$", name))
     }
     if not found:
         raise ValueError(
@@ -92,7 +95,10 @@ def _block_windows(sd: Mapping[str, torch.Tensor], windows: Windows | None) -> W
     """Each attention's (window, pretrained window): the model's where given, else read from V1's bias tables."""
     attentions = sorted({m.group(1) for k in sd if (m := re.match(r"^(layers\.\d+\.blocks\.\d+\.attn)\.", k))})
     if windows is not None:
-        return {name: windows[name] for name in attentions if name in windows}
+        missing = [name for name in attentions if name not in windows]
+        if missing:
+            raise ValueError(f"export: the model given has no window attention at {missing[0]}, which its weights have")
+        return {name: windows[name] for name in attentions}
     out = {}
     for name in attentions:
         table = sd.get(f"{name}.relative_position_bias_table")

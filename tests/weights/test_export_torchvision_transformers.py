@@ -224,3 +224,16 @@ def test_swin_convert_writes_torchvisions_layout(tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 1 and "does not record its windows" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "v2.pth").exists()
+
+
+def test_a_wrapped_model_gives_its_windows_under_the_unwrapped_names():
+    """DDP's ``module.`` (or swin.optimize's ``model.``) prefix is unwrapped from the weights; the windows of a
+    Swin V2 model given wrapped must be found under the same names (else no coordinates table is written)."""
+    ours = _ours("swinv2_t_w8")
+    wrapper = torch.nn.Module()
+    wrapper.module = ours
+    theirs = _torchvision(2, 8)
+    theirs.load_state_dict(export(wrapper, "torchvision"))
+    x = torch.randn(1, 3, 256, 256)
+    with torch.no_grad():
+        _close(theirs(x), ours(x))
