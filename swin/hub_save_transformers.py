@@ -224,7 +224,9 @@ def _image_processor(model: nn.Module, transformers: Any) -> tuple[Any, str]:
     from .weights.data_config import data_config
 
     cfg = data_config(model)
-    _, height, width = cfg["input_size"]
+    channels, height, width = cfg["input_size"]
+    if channels != 3:
+        return None, f"the model takes {channels} input channel(s), and transformers' processors make RGB images"
     if height != width or cfg["crop_mode"] != "center":
         return (
             None,

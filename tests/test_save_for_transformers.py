@@ -121,6 +121,19 @@ def test_a_non_square_input_is_saved_without_a_processor_and_says_so(tmp_path):
         _close(theirs(x).logits, ours(x))
 
 
+def test_a_one_channel_model_is_saved_without_a_processor_and_says_so(tmp_path):
+    ours = _noisy(swin.create_model("swin_t", in_chans=1, **SMALL))
+    with pytest.warns(
+        UserWarning, match="1 input channel.*no preprocessor_config.json|no preprocessor_config.json.*1 in"
+    ):
+        swin.save_for_transformers(ours, tmp_path)
+    assert not (tmp_path / "preprocessor_config.json").exists()
+    theirs = _loaded(transformers.AutoModelForImageClassification, tmp_path)
+    x = torch.randn(1, 1, 224, 224)
+    with torch.no_grad():
+        _close(theirs(x).logits, ours(x))
+
+
 def test_an_input_size_where_transformers_pads_before_the_shift_is_refused(tmp_path):
     """At 224x280 stage 2's 28x35 map is odd before patch merging and stage 3's 14x18 needs padding, which
     transformers does before the cyclic shift and the classification rules after it (timm's and the official
