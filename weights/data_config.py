@@ -405,7 +405,10 @@ def create_transform(config: Mapping[str, Any] | str | nn.Module):
             f"create_transform takes a data_config dict, a model or a name, got {type(config).__name__}; "
             "e.g. create_transform(swin.data_config(model))"
         )
-    _, height, width = config["input_size"]
+    channels, height, width = config["input_size"]
+    # ImageNet's three values for a one-channel model (what it reports, as timm's): their average, as timm's
+    # save_for_hf writes them and as its adapt_input_conv sums the three input planes' weights into one
+    mean, std = (_averaged(config[key], channels) for key in ("mean", "std"))
     mode = transforms.InterpolationMode(config["interpolation"])
     crop_mode = config.get("crop_mode") or "center"
     box = resize_box(config)
@@ -422,14 +425,20 @@ def create_transform(config: Mapping[str, Any] | str | nn.Module):
         from timm.data.transforms import CenterCropOrPad, ResizeKeepRatio
 
         resize = ResizeKeepRatio(box, longest=1.0, interpolation=config["interpolation"])
-        crop = CenterCropOrPad((height, width), fill=tuple(round(255 * v) for v in config["mean"]))
+        crop = CenterCropOrPad((height, width), fill=tuple(round(255 * v) for v in mean))
     else:
         raise ValueError(
             f"crop_mode {crop_mode!r} is not one of 'center', 'squash', 'border' (timm's); pass one of them"
         )
-    return transforms.Compose(
-        [resize, crop, transforms.ToTensor(), transforms.Normalize(config["mean"], config["std"])]
-    )
+    # a one-channel model takes grey images: PIL's luminance of a colour image (as torchvision's Grayscale)
+    grey = [transforms.Grayscale(1)] if channels == 1 else []
+    return transforms.Compose([*grey, resize, crop, transforms.ToTensor(), transforms.Normalize(mean, std)])
+
+
+def _averaged(values: Any, channels: int) -> tuple[float, ...]:
+    """``values`` as they are, or their average where they are not one per channel (nor one for all)."""
+    values = tuple(values)
+    return values if len(values) in (1, channels) else (sum(values) / len(values),)
 
 
 def resize_box(config: Mapping[str, Any]) -> tuple[int, int]:

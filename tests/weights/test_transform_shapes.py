@@ -118,3 +118,27 @@ def test_unknown_crop_mode_is_refused(arch):
     config = {**swin.data_config(swin.create_model(arch((64, 64)))), "crop_mode": "zoom"}
     with pytest.raises(ValueError, match="crop_mode 'zoom' is not one of 'center', 'squash', 'border'"):
         create_transform(config)
+
+
+@pytest.mark.parametrize("crop_mode", ["center", "border"])
+def test_a_one_channel_model_gets_grey_images_normalised_by_one_value(crop_mode):
+    """A one-channel model (in_chans=1) reports ImageNet's three means and stds, as timm's does; its transform
+    makes a grey image (PIL's luminance) normalised by their average (what timm's save_for_hf writes for it),
+    where it applied three values to one plane and failed (and gave a colour image three planes). Expected:
+    timm's transform of the grey image with those averages."""
+    model = swin.create_model("swin_t", in_chans=1, **TINY)
+    config = {**swin.weights.data_config(model), "crop_mode": crop_mode}
+    reference = timm_transform(
+        input_size=(1, 224, 224),
+        interpolation=config["interpolation"],
+        mean=(sum(config["mean"]) / 3,),
+        std=(sum(config["std"]) / 3,),
+        crop_pct=config["crop_pct"],
+        crop_mode=crop_mode,
+    )
+    for height, width in SHAPES:
+        image = Image.fromarray(np.random.default_rng(height).integers(0, 256, (height, width, 3), dtype=np.uint8))
+        for given in (image, image.convert("L")):
+            out = create_transform(config)(given)
+            assert out.shape == (1, 224, 224)
+            torch.testing.assert_close(out, reference(image.convert("L")))
