@@ -58,10 +58,11 @@ def save_for_transformers(model: nn.Module, folder: str | os.PathLike) -> Path:
             "save_for_transformers writes transformers' own configuration and needs transformers: "
             "pip install transformers"
         ) from error
-    config = _hf_config(model, kind, transformers)
     from .weights import export
 
-    tensors = {k: v.detach().contiguous() for k, v in export(model.state_dict(), "transformers").items()}
+    # first: what transformers' model cannot hold, or would compute otherwise, is refused here
+    tensors = {k: v.detach().contiguous() for k, v in export(model, "transformers").items()}
+    config = _hf_config(model, kind, transformers)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in LOCAL_WEIGHT_FILES:  # pytorch_model.bin and the like beside the new weights
@@ -73,9 +74,12 @@ def save_for_transformers(model: nn.Module, folder: str | os.PathLike) -> Path:
         save_file(tensors, temporary, metadata={"format": "pt"})
     with atomic_output(folder / "config.json") as temporary:
         config.to_json_file(temporary)
-    if kind != "SwinBackbone":
+    if kind == "SwinBackbone":
+        (folder / "preprocessor_config.json").unlink(missing_ok=True)
+    else:
         processor, why_not = _image_processor(model, transformers)
         if processor is None:
+            (folder / "preprocessor_config.json").unlink(missing_ok=True)  # an earlier save's: the pipeline reads it
             warnings.warn(
                 f"save_for_transformers: no preprocessor_config.json written ({why_not}): from_pretrained reads the "
                 "model, pipeline() needs an image processor of yours saved beside it",
@@ -90,28 +94,8 @@ def save_for_transformers(model: nn.Module, folder: str | os.PathLike) -> Path:
 
 def _kind(model: nn.Module) -> str:
     if isinstance(model, SwinBackbone):
-        if model.config.version == 2:
-            raise ValueError(
-                "transformers' Swinv2Backbone shrinks windows and drops the shift as its classifier does, where a Swin "
-                "V2 backbone here keeps the detection rules: it would compute other features; save its state_dict"
-            )
-        if model.semantics != "detection":
-            raise ValueError(
-                "transformers' SwinBackbone runs the detection rules (pad before the shift, windows never shrunk), and "
-                f"this backbone the {model.semantics} ones; save one built with the default semantics"
-            )
         return "SwinBackbone"
     if isinstance(model, SwinTransformer):
-        if model.semantics != "classification":
-            raise ValueError(
-                f"the model runs with {model.semantics} semantics, which transformers' Swin classifier has not; save "
-                "one built with the default (classification) semantics"
-            )
-        if model.global_pool != "avg":
-            raise ValueError(
-                f"global_pool={model.global_pool!r}: transformers' Swin averages the tokens before its classifier; "
-                "save a model with global_pool='avg', or its state_dict"
-            )
         return "ForImageClassification" if model.num_classes else "Model"
     hint = "save the model it runs (its .model)" if isinstance(getattr(model, "model", None), nn.Module) else ""
     raise TypeError(
@@ -123,18 +107,6 @@ def _kind(model: nn.Module) -> str:
 def _hf_config(model: nn.Module, kind: str, transformers: Any) -> Any:
     """transformers' configuration of ``model``: every field of its architecture, the class to build, labels."""
     config = model.config
-    if not isinstance(config.window_size, int):
-        raise ValueError(
-            f"window_size={config.window_size!r}: transformers' Swin takes one square window for every stage; save "
-            "this model's state_dict (swin convert --to official) or a timm folder (swin.save_for_hf) instead"
-        )
-    if not config.patch_norm:
-        raise ValueError(
-            "patch_norm=False: transformers' Swin always norms the patch embedding; save this model's state_dict "
-            "(swin convert --to official) instead"
-        )
-    if kind != "SwinBackbone":
-        _same_rules_at_built_size(config)
     stages = model.num_layers  # a backbone builds the stages up to the last one it outputs
     height, width = config.img_size
     args = {
@@ -167,35 +139,6 @@ def _hf_config(model: nn.Module, kind: str, transformers: Any) -> Any:
     hf_config = getattr(transformers, f"{prefix}Config")(**args)
     hf_config.architectures = ["SwinBackbone" if kind == "SwinBackbone" else prefix + kind]
     return hf_config
-
-
-def _same_rules_at_built_size(config: Any) -> None:
-    """A ValueError where transformers' classifier, given the model's own input size, would compute otherwise:
-    where a stage's map needs padding (transformers pads before the cyclic shift, the classification rules
-    here after it, as timm and the official code), patch merging meets an odd map (transformers' sizes round
-    down), or a non-square map is not larger than the window (transformers shrinks both axes, the rules here
-    each axis on its own)."""
-    window = config.window_size
-    sizes = config.stage_sizes()
-    for stage, (h, w) in enumerate(sizes):
-        fits = h == w if min(h, w) <= window else h % window == 0 and w % window == 0
-        if not fits:
-            problem = (
-                f"is not square and not larger than the {window}x{window} window (transformers shrinks both axes "
-                "to the map, the rules here each axis on its own)"
-                if min(h, w) <= window
-                else f"is no multiple of the {window}x{window} window (transformers pads it before the cyclic shift, "
-                "the classification rules here after it)"
-            )
-        elif stage < len(sizes) - 1 and (h % 2 or w % 2):
-            problem = "is odd before patch merging (transformers rounds the next map down, the rules here up)"
-        else:
-            continue
-        raise ValueError(
-            f"at its input size {config.img_size[0]}x{config.img_size[1]}, stage {stage + 1}'s {h}x{w} map {problem}: "
-            "transformers' model would compute other outputs; save a model whose img_size gives window multiples "
-            "at every stage, even before each patch merging (224 at window 7, 256 at 8, 384 at 12)"
-        )
 
 
 def _labels(model: SwinTransformer) -> list[str] | None:

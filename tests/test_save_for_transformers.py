@@ -60,6 +60,9 @@ def test_an_imagenet_classifier_runs_in_transformers_pipeline(tmp_path):
     one_level = 1 / 255 / min(processor.image_std)
     assert (their_input - ours_input).abs().max() <= one_level * 1.01
     assert (their_input - ours_input).abs().mean() < 1e-3
+    # its PIL backend resizes as PIL does for our transform (here the crop offsets are whole: 53 and 12 pixels)
+    pil = transformers.AutoImageProcessor.from_pretrained(tmp_path, backend="pil")
+    torch.testing.assert_close(pil(image, return_tensors="pt")["pixel_values"], ours_input)
     with torch.no_grad():
         logits = ours(ours_input)
         _close(theirs(ours_input).logits, logits)
@@ -122,6 +125,7 @@ def test_a_non_square_input_is_saved_without_a_processor_and_says_so(tmp_path):
 
 
 def test_a_one_channel_model_is_saved_without_a_processor_and_says_so(tmp_path):
+    swin.save_for_transformers(swin.create_model("swin_t", **SMALL), tmp_path)  # an earlier save's processor goes
     ours = _noisy(swin.create_model("swin_t", in_chans=1, **SMALL))
     with pytest.warns(
         UserWarning, match="1 input channel.*no preprocessor_config.json|no preprocessor_config.json.*1 in"

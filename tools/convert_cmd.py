@@ -11,6 +11,7 @@ import torch
 from ..atomic import atomic_output, check_output
 from ..weights import convert, detect_layout, export, safe_load, unwrap
 from ..weights.checks import check_state
+from ..weights.convert import saved_coordinates
 from ..weights.layouts import LAYOUTS
 from ..weights.user_weights import require_file
 
@@ -96,6 +97,8 @@ def cmd_convert(args) -> int:
     source = _source_layout(state, args.source, args.input)
     ours = convert(state, source=source)
     check_state(ours, args.input)
+    if args.to == "torchvision":  # Swin V2's windows: from the coordinates tables the input saved, if it did
+        ours = ours | saved_coordinates(state, source)
     out = ours if args.to == "swin" else export(ours, target=args.to)
     with atomic_output(args.output, inputs=[args.input]) as temporary:
         _write(out, temporary, fmt, args.to)

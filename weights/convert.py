@@ -11,7 +11,7 @@ from torch import nn
 from .checks import require_swin_trunk
 from .layouts import DETECTION_ORDER, LAYOUTS, Layout
 
-__all__ = ["Unwrapped", "convert", "detect_layout", "unwrap"]
+__all__ = ["Unwrapped", "convert", "detect_layout", "saved_coordinates", "unwrap"]
 
 # Keys a checkpoint keeps its state dict under, the first one present winning. The moving average (EMA) of
 # the weights comes before the weights themselves, as timm's ``load_state_dict(use_ema=True)``, its default,
@@ -199,3 +199,13 @@ def _convert(sd: Mapping[str, torch.Tensor], layout: Layout) -> dict[str, torch.
     for transform in layout.to_ours_transforms:
         out = transform(out)
     return out
+
+
+def saved_coordinates(state_dict: Mapping, source: str = "auto") -> dict[str, torch.Tensor]:
+    """The Swin V2 coordinates tables (``*.attn.relative_coords_table``) a checkpoint saved (the official code's
+    and torchvision's do), under our names: derived state that :func:`convert` drops, and the only record of a
+    V2 checkpoint's windows (see :func:`swin.weights.export`)."""
+    sd = unwrap(state_dict)
+    layout = _layout(detect_layout(sd) if source == "auto" else source)
+    renamed = _apply(sd, layout.to_ours, drop=None)
+    return {k: v for k, v in renamed.items() if k.endswith(".attn.relative_coords_table")}

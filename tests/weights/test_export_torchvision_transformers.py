@@ -237,3 +237,35 @@ def test_a_wrapped_model_gives_its_windows_under_the_unwrapped_names():
     x = torch.randn(1, 3, 256, 256)
     with torch.no_grad():
         _close(theirs(x), ours(x))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"global_pool": "max"}, "global_pool='max': torchvision's Swin averages the tokens"),
+        ({"semantics": "detection"}, "runs with detection semantics"),
+        ({"img_size": 256}, "stage 1's 64x64 map is no multiple of the 7x7 window"),
+        ({"in_chans": 1}, "takes 3 input channels and this model 1"),
+        ({"num_classes": 0}, "always has a classifier (head)"),
+    ],
+)
+def test_a_model_torchvision_would_run_otherwise_is_refused(overrides, named):
+    """Every weight of these would load (strictly, for the first three), and torchvision would compute other
+    logits (measured: 1.4 for max pooling, 3e-3 for detection semantics, 1.5e-2 at 256 with window 7)."""
+    with pytest.raises(ValueError) as error:
+        export(swin.create_model("swin_t", **{**SMALL, **overrides}), "torchvision")
+    assert named in str(error.value)
+
+
+def test_swin_convert_reads_a_swin_v2_files_windows_from_its_saved_coordinates(tmp_path):
+    """torchvision's and the official Swin V2 files save each block's coordinates table, which holds the window
+    and the window it was trained at: converted to torchvision's layout again, the file gives the same model."""
+    ours = _ours("swinv2_t_w8", pretrained_window_sizes=(6, 6, 6, 4))
+    source, again = tmp_path / "tv.pth", tmp_path / "again.pth"
+    torch.save(export(ours, "torchvision"), source)
+    assert main(["convert", str(source), str(again), "--to", "torchvision"]) == 0
+    theirs = _torchvision(2, 8)
+    theirs.load_state_dict(torch.load(again, weights_only=True))
+    x = torch.randn(1, 3, 256, 256)
+    with torch.no_grad():
+        _close(theirs(x), ours(x))
