@@ -22,6 +22,7 @@ from . import hub
 from .data_config import check_preprocessing
 from .download import DownloadError
 from .size_limits import MAX_CHECKPOINT_BYTES_ENV, format_bytes, max_checkpoint_bytes
+from .transformers_config import MODEL_TYPES, transformers_description
 
 __all__ = [
     "HUB_PREFIX",
@@ -57,6 +58,8 @@ _KEPT = (
     "label_descriptions",
 )
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+# a transformers repository's image processor, beside its config.json
+_PROCESSOR = "preprocessor_config.json"
 # timm's preferred weight files in a local-dir: folder, in its order (before any other file)
 LOCAL_WEIGHT_FILES = (*_WEIGHTS, "pytorch_model.pth", "model.pth")
 LOCAL_PREFIX = "local-dir:"
@@ -81,7 +84,14 @@ def hub_model(spec: str) -> HubModel:
     origin = f"{HUB_PREFIX}{spec}"
     config = _read_config(_file(repo_id, "config.json", revision), origin)
     # as timm records it: the name as written
-    return _described(config, origin, {"hf_hub_id": spec, "source": "hf-hub"})
+    source = {"hf_hub_id": spec, "source": "hf-hub"}
+    if config.get("model_type") in MODEL_TYPES:  # a transformers repository: its image processor beside it
+        try:
+            processor = _read_json(_file(repo_id, _PROCESSOR, revision), origin, _PROCESSOR)
+        except hub.HubFileMissing:
+            processor = None
+        return _described_transformers(config, processor, origin, source)
+    return _described(config, origin, source)
 
 
 def local_model(folder: str) -> HubModel:
@@ -103,7 +113,12 @@ def local_model(folder: str) -> HubModel:
             f"{origin}: the folder holds no config.json (a model description, as swin.save_for_hf or timm's "
             "save_for_hf write); load a checkpoint file with pretrained=PATH instead"
         )
-    return _described(_read_config(path / "config.json", origin), origin, {"hf_hub_id": None, "source": "local-dir"})
+    config = _read_config(path / "config.json", origin)
+    source = {"hf_hub_id": None, "source": "local-dir"}
+    if config.get("model_type") in MODEL_TYPES:  # a transformers folder (what swin.save_for_transformers writes)
+        processor = _read_json(path / _PROCESSOR, origin, _PROCESSOR) if (path / _PROCESSOR).is_file() else None
+        return _described_transformers(config, processor, origin, source)
+    return _described(config, origin, source)
 
 
 def local_weights(folder: str) -> Path:
@@ -175,6 +190,16 @@ def _described(config: dict[str, Any], origin: str, source: dict[str, Any]) -> H
             "(swin.list_models() lists them); build it with timm.create_model"
         ) from None
     return HubModel(architecture=architecture, overlay=overlay, model_args=model_args)
+
+
+def _described_transformers(
+    config: dict[str, Any], processor: dict[str, Any] | None, origin: str, source: dict[str, Any]
+) -> HubModel:
+    """What a transformers Swin ``config.json`` and its image processor describe (see
+    :mod:`swin.weights.transformers_config`)."""
+    architecture, model_args, overlay = transformers_description(config, processor, origin)
+    check_preprocessing(overlay, f"{origin}: {_PROCESSOR}'s")
+    return HubModel(architecture=architecture, overlay=overlay | source | {"tag": None}, model_args=model_args)
 
 
 def check_buildable(
@@ -275,15 +300,28 @@ def _file(repo_id: str, filename: str, revision: str) -> Path:
     return path
 
 
-def _read_config(path: Path, origin: str) -> dict[str, Any]:
+def _read_json(path: Path, origin: str, name: str) -> dict[str, Any]:
     if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise ValueError(f"{origin}: config.json is {path.stat().st_size} bytes, not a model description")
+        raise ValueError(f"{origin}: {name} is {path.stat().st_size} bytes, not a model description")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as error:
-        raise ValueError(f"{origin}: config.json is not JSON ({error})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("architecture"), str):
-        raise ValueError(f"{origin}: config.json names no architecture; is it a timm model's repository?")
+        raise ValueError(f"{origin}: {name} is not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{origin}: {name} is not a JSON object")
+    return value
+
+
+def _read_config(path: Path, origin: str) -> dict[str, Any]:
+    config = _read_json(path, origin, "config.json")
+    if config.get("model_type") in MODEL_TYPES:
+        return config
+    if not isinstance(config.get("architecture"), str):
+        kind = f" (a transformers {config['model_type']!r} model)" if isinstance(config.get("model_type"), str) else ""
+        raise ValueError(
+            f"{origin}: config.json names no architecture{kind}; expected a timm Swin repository (architecture) or "
+            "a transformers one (model_type swin or swinv2)"
+        )
     for key in ("pretrained_cfg", "model_args"):
         if key in config and not isinstance(config[key], dict):
             raise ValueError(f"{origin}: config.json's {key} is not a mapping")

@@ -1,0 +1,162 @@
+"""A Hugging Face transformers Swin folder or repository (``config.json`` of ``model_type`` swin or swinv2, beside
+``preprocessor_config.json``) read as a model description: what ``hf-hub:microsoft/swin-tiny-patch4-window7-224``
+and ``local-dir:FOLDER`` (what ``swin.save_for_transformers`` writes) build.
+
+The architecture comes from the configuration's fields, the head and class names from ``id2label``, the
+preprocessing from the image processor's steps: a shorter-side resize and a center crop (``BitImageProcessor``,
+``ConvNextImageProcessor`` below 384), or a resize to the input size without a crop (``ViTImageProcessor``, which
+microsoft's Swin repositories name) as timm's ``crop_mode="squash"``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+__all__ = ["MODEL_TYPES", "transformers_description"]
+
+MODEL_TYPES = {"swin": 1, "swinv2": 2}
+# transformers' config fields -> ours (what is left out is checked or has no bearing on the outputs)
+_FIELDS = {
+    "patch_size": "patch_size",
+    "num_channels": "in_chans",
+    "embed_dim": "embed_dim",
+    "depths": "depths",
+    "num_heads": "num_heads",
+    "window_size": "window_size",
+    "mlp_ratio": "mlp_ratio",
+    "qkv_bias": "qkv_bias",
+    "use_absolute_embeddings": "ape",
+    "drop_path_rate": "drop_path_rate",
+    "hidden_dropout_prob": "proj_drop_rate",
+    "attention_probs_dropout_prob": "attn_drop_rate",
+}
+# PIL's resampling filters by the number transformers' processors store
+_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
+def transformers_description(
+    config: dict[str, Any], processor: dict[str, Any] | None, origin: str
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(a registered architecture to start from, the model's fields, the pretrained_cfg entries: head, class
+    names, preprocessing) of a transformers Swin ``config.json`` and its ``preprocessor_config.json`` (None where
+    the folder or repository has none); a ValueError naming ``origin`` and the entry for what no model here runs
+    as transformers does."""
+    version = MODEL_TYPES[config["model_type"]]
+
+    def fail(entry: str, why: str) -> None:
+        raise ValueError(f"{origin}: config.json's {entry} is {config.get(entry)!r}; {why}")
+
+    if config.get("hidden_act", "gelu") != "gelu":
+        fail("hidden_act", "the Swin here runs the exact GELU ('gelu') only")
+    if abs(float(config.get("layer_norm_eps", 1e-5)) - 1e-5) > 1e-12:
+        fail("layer_norm_eps", "the Swin here norms with eps 1e-5, as transformers' default")
+    args = {ours: config[theirs] for theirs, ours in _FIELDS.items() if theirs in config}
+    size = config.get("image_size", 224)
+    args["img_size"] = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+    for key in ("depths", "num_heads"):
+        if key in args:
+            args[key] = tuple(args[key])
+    if version == 2:
+        args["version"] = 2
+        windows = tuple(config.get("pretrained_window_sizes") or ())
+        if any(windows):
+            args["pretrained_window_sizes"] = windows
+    architectures = config.get("architectures") or []
+    # a config.json without architectures (not written by save_pretrained) is taken as the classifier it can be
+    classifier = any(str(name).endswith("ForImageClassification") for name in architectures) or not architectures
+    labels = _labels(config.get("id2label"), origin) if classifier else None
+    # a SwinModel or SwinBackbone repository has no head; transformers' default classifier has 2 labels
+    num_classes = (len(labels) if labels else config.get("num_labels") or 2) if classifier else 0
+    overlay: dict[str, Any] = {"num_classes": num_classes}
+    if labels and not all(label == f"LABEL_{i}" for i, label in enumerate(labels)):
+        overlay |= {"label_names": labels, "labels": None}
+    args["num_classes"] = num_classes
+    if processor is not None:
+        overlay |= _preprocessing(processor, args["img_size"], origin)
+    return _closest_registered(version, args), args, overlay
+
+
+def _closest_registered(version: int, args: dict[str, Any]) -> str:
+    """The registered architecture of ``version`` whose widths and depths are ``args``' (the one of the same
+    window and size first), else the smallest of that version: the fields all come from ``args``; the name is
+    what the model reports as its architecture."""
+    from ..registry import get_config, list_models
+
+    same = [
+        name
+        for name in list_models()
+        if (config := get_config(name)).version == version
+        and (config.embed_dim, config.depths, config.num_heads)
+        == (args.get("embed_dim"), args.get("depths"), args.get("num_heads"))
+    ]
+    exact = [
+        n
+        for n in same
+        if (get_config(n).window_size, get_config(n).img_size) == (args.get("window_size"), args["img_size"])
+    ]
+    return (exact or same or ["swinv2_t_w8" if version == 2 else "swin_t"])[0]
+
+
+def _labels(id2label: Any, origin: str) -> list[str] | None:
+    if not id2label:
+        return None
+    if not isinstance(id2label, dict):
+        raise ValueError(f"{origin}: config.json's id2label is not a mapping of class index to name")
+    try:
+        indexed = {int(key): str(value) for key, value in id2label.items()}
+    except (TypeError, ValueError):
+        raise ValueError(f"{origin}: config.json's id2label has a key that is no class index") from None
+    if sorted(indexed) != list(range(len(indexed))):
+        raise ValueError(f"{origin}: config.json's id2label does not number its classes 0..{len(indexed) - 1}")
+    return [indexed[i] for i in range(len(indexed))]
+
+
+def _preprocessing(processor: dict[str, Any], img_size: tuple[int, int], origin: str) -> dict[str, Any]:
+    """pretrained_cfg entries for what the image processor does: interpolation, mean, std, crop_pct and crop_mode
+    (with the resize they make, where floating point would round it another way). {} with a warning where its
+    steps are none of those timm's transform takes."""
+    out: dict[str, Any] = {}
+    if processor.get("do_normalize", True):
+        for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
+            if processor.get(theirs) is not None:
+                out[ours] = tuple(processor[theirs])
+    resample = processor.get("resample", 3)
+    if resample in _RESAMPLE:
+        out["interpolation"] = _RESAMPLE[resample]
+    size, crop = processor.get("size"), processor.get("crop_size")
+    cropped = processor.get("do_center_crop", False) and crop
+    height, width = img_size
+
+    def unreadable(why: str) -> dict[str, Any]:
+        warnings.warn(
+            f"{origin}: preprocessor_config.json {why}: the model keeps the default preprocessing "
+            "(swin.data_config(model) says which)",
+            UserWarning,
+            stacklevel=5,
+        )
+        return {}
+
+    if processor.get("do_rescale", True) and abs(float(processor.get("rescale_factor", 1 / 255)) - 1 / 255) > 1e-9:
+        return unreadable(f"rescales by {processor['rescale_factor']}, where images are scaled to [0, 1]")
+    if not processor.get("do_resize", True):
+        return unreadable("does not resize")
+    if cropped:
+        crop = (crop["height"], crop["width"]) if isinstance(crop, dict) else (crop, crop)
+        shortest = size.get("shortest_edge") if isinstance(size, dict) else size
+        if crop != (height, width) or height != width or not isinstance(shortest, int):
+            return unreadable(
+                f"crops {crop} after resizing to {size}, which the {height}x{width} model's transform is not"
+            )
+        # the shortest crop_pct whose floor(height / crop_pct) is the shorter side (0.9 for 224 after 248)
+        fits = [round(height / (shortest + 0.5), 6)] + [round(height / shortest, digits) for digits in range(1, 7)]
+        crop_pct = next((c for c in fits[1:] + fits[:1] if 0 < c <= 1 and math.floor(height / c) == shortest), None)
+        if crop_pct is None:
+            return unreadable(f"resizes to {shortest} before a {height} crop")
+        return out | {"crop_pct": crop_pct, "crop_mode": "center"}
+    box = (size["height"], size["width"]) if isinstance(size, dict) and "height" in size else size
+    box = (box, box) if isinstance(box, int) else tuple(box) if isinstance(box, (list, tuple)) else None
+    if box != (height, width):
+        return unreadable(f"resizes to {size} without a crop, which is not the model's {height}x{width} input")
+    return out | {"crop_pct": 1.0, "crop_mode": "squash"}
