@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
-# One prepared CUDA check of swin (~7 min of commands; written 2026-12-02 by a review, not yet run: no session
-# has had a GPU). From the repo root on the device machine: run(command="bash docs/gpu_check.sh",
+# One prepared CUDA check of swin (written 2026-12-02 by a review, dry-run on CPU by a second one; not yet run on
+# a GPU: no session has had one). From the repo root on the device machine: run(command="bash docs/gpu_check.sh",
 # timeout_s=540), then give_back; docs/PERFORMANCE.md says what to do with its $OUT files.
-# Each step has its own timeout and a budget guard; every log lands in $OUT (7 files).
+# Each step has its own timeout; their sum (~16 min) is over the BUDGET (~8 min), so the last steps (ways, some
+# validates) run only if the earlier ones finish early: summary.txt says which were skipped. Logs land in $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+exec 3>&2  # the script's own stderr: run_step's status lines go there and to summary.txt, never into a step's log
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor TORCH_EXTENSIONS_DIR=/tmp/torch_ext
 BUDGET=${BUDGET:-470}                        # seconds of script time; later steps are skipped past it
 left() { echo $(( BUDGET - SECONDS )); }
 run_step() {  # name seconds command...  (skipped when less than half the step's timeout is left)
   local name=$1 t=$2; shift 2
-  if (( $(left) < t / 2 )); then echo "SKIP $name (only $(left)s left)" | tee -a "$OUT/summary.txt"; return; fi
+  if (( $(left) < t / 2 )); then echo "SKIP $name (only $(left)s left)" | tee -a "$OUT/summary.txt" >&3; return; fi
   (( t > $(left) )) && t=$(left)
   local s=$SECONDS; timeout -k 5 "$t" "$@"; local rc=$?
-  echo "$name rc=$rc ${t}s-limit took $((SECONDS - s))s" | tee -a "$OUT/summary.txt"
+  # to the script's stderr: the step's output is its log file (a JSON-lines probe log holds only its own lines)
+  echo "$name rc=$rc ${t}s-limit took $((SECONDS - s))s" | tee -a "$OUT/summary.txt" >&3
 }
 # 0. environment and install (no network: no deps, no build isolation)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c 'import torch,timm,torchvision;print(torch.__version__,timm.__version__,torchvision.__version__)'; git log --oneline -1; git status --short | head -20; } >"$OUT/env.txt" 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir --target /tmp/site . >>"$OUT/env.txt" 2>&1 \
+# (an older setuptools, or none, cannot build it: then the package is assembled by hand, as the install lays it out)
+timeout 180 python3 -m pip install -q --no-deps --no-build-isolation --no-index --no-cache-dir --target /tmp/site . >>"$OUT/env.txt" 2>&1 \
+  || { echo "pip install failed: copying the package instead" | tee -a "$OUT/summary.txt";
+       rm -rf /tmp/site && mkdir -p /tmp/site && cp -r swin /tmp/site/swin \
+       && for d in layers registry weights tools; do cp -r "$d" "/tmp/site/swin/$d"; done; } \
   || { echo "install failed" | tee -a "$OUT/summary.txt"; exit 1; }
 export PYTHONPATH=/tmp/site
-python3 -c 'import swin;print("swin from",swin.__file__)' >>"$OUT/env.txt" 2>&1
+# every command runs from /tmp: from the checkout, python3 -m swin would import its ./swin, which has no tools/
+# (the install maps tools/, layers/, ... into the package)
+cat >/tmp/swin_cli <<'SH'
+#!/bin/sh
+cd /tmp && exec python3 -m swin "$@"
+SH
+chmod +x /tmp/swin_cli
+(cd /tmp && python3 -c 'import swin, swin.tools; print("swin from", swin.__file__)') >>"$OUT/env.txt" 2>&1 \
+  || { echo "swin does not import from /tmp/site" | tee -a "$OUT/summary.txt"; exit 1; }
 cat >/tmp/gpu_probe.py <<'PY'
 """CUDA probe for swin (run by gpu_check.sh; DEVICE=cpu runs a dry pass here). Prints one JSON line per check."""
 import json, os, sys, time, warnings
@@ -132,11 +147,11 @@ def optimize_check(mode):
     else:
         run, dtype = fast, fast.dtype
     t = time.perf_counter()
-    with torch.inference_mode():
-        out = run(x)
+    with torch.inference_mode():  # clones: a CUDA-graph output is overwritten by the next call
+        out = run(x).clone()
     first_s = time.perf_counter() - t
     with torch.inference_mode():
-        out2 = run(x); ms = timeit(run, x)
+        out2 = run(x).clone(); ms = timeit(run, x)
     emit(check="optimize", mode=mode, dtype=str(dtype), first_call_s=round(first_s, 1), ms=round(ms, 3), eager_fp32_ms=round(eager_ms, 3),
          rel_err=rel(out, ref), rel_err_second=rel(out2, ref), out_dtype=str(out.dtype),
          cudagraph_skips=dict(counters["inductor"]).get("cudagraph_skips"), graph_breaks=sum(counters["graph_break"].values()))
@@ -146,12 +161,12 @@ PY
 # 1. eager CUDA in fp32/bf16/fp16 vs CPU fp32, host-sync check, SDPA backends taking the bias, kernels picked
 run_step probe_eager 100 env PART=eager python3 /tmp/gpu_probe.py >"$OUT/probe_eager.jsonl" 2>&1
 # 2. the bench's --device cuda table without compiling (b1, b64 bf16 autocast, a b64 training step)
-run_step bench 120 python3 -m swin bench --device cuda --only "swin_t eval b1" "swin_t eval b8 224 bf16" "swin_t train" --rounds 5 >"$OUT/bench.log" 2>&1
-run_step profile 45 python3 -m swin bench --device cuda --profile --only "swin_t eval b8 224 bf16" --rounds 3 >>"$OUT/bench.log" 2>&1
+run_step bench 120 /tmp/swin_cli bench --device cuda --only "swin_t eval b1" "swin_t eval b8 224 bf16" "swin_t train" --rounds 5 >"$OUT/bench.log" 2>&1
+run_step profile 45 /tmp/swin_cli bench --device cuda --profile --only "swin_t eval b8 224 bf16" --rounds 3 >>"$OUT/bench.log" 2>&1
 # 3. swin.optimize on CUDA: default (bf16, freezing), mode='reduce-overhead', and a user's plain torch.compile with CUDA graphs
 run_step probe_optimize 200 env PART=optimize python3 /tmp/gpu_probe.py >"$OUT/probe_optimize.jsonl" 2>&1
 # 4. validate: the same random torchvision checkpoint and 64 images on cpu, cuda, cuda --bf16, cuda --optimize
-D=/tmp/val; python3 - <<'PY' >>"$OUT/validate.log" 2>&1
+D=/tmp/val; timeout 120 python3 - <<'PY' >>"$OUT/validate.log" 2>&1
 import os, numpy as np, torch, torchvision
 from PIL import Image
 torch.manual_seed(0); torch.save(torchvision.models.swin_t().state_dict(), "/tmp/tv.pth")
@@ -162,8 +177,8 @@ for i in range(64):
 PY
 for dev in "cpu" "cuda" "cuda --bf16" "cuda --optimize"; do
   echo "== --device $dev" >>"$OUT/validate.log"
-  run_step "validate $dev" 90 python3 -m swin validate swin_t --data $D --weights /tmp/tv.pth --batch-size 32 --workers 4 --format json --device $dev >>"$OUT/validate.log" 2>&1
+  run_step "validate $dev" 90 /tmp/swin_cli validate swin_t --data $D --weights /tmp/tv.pth --batch-size 32 --workers 4 --format json --device $dev >>"$OUT/validate.log" 2>&1
 done
 # 5. (if time is left) the peers' ways against ours optimized at b64: four compiles
-run_step ways 150 python3 -m swin bench --device cuda --model swin_t --batch 64 --ways eager compiled --rounds 3 >"$OUT/ways.log" 2>&1
+run_step ways 150 /tmp/swin_cli bench --device cuda --model swin_t --batch 64 --ways eager compiled --rounds 3 >"$OUT/ways.log" 2>&1
 echo "total ${SECONDS}s" >>"$OUT/summary.txt"

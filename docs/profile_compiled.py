@@ -47,8 +47,10 @@ def main(batch: int = 1, dtype: str = "float32", top: int = 8) -> None:
 
     import swin
     from swin.optimized import FrozenCompiled
+    from swin.tools.machine import describe, machine_info
     from swin.weights import export
 
+    print(describe(machine_info()))  # the machine every table names
     torch.manual_seed(0)
     ours = swin.create_model("swin_t").eval()
     peer = timm.create_model("swin_tiny_patch4_window7_224").eval()

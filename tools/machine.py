@@ -83,9 +83,26 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
         "torchvision": _version("torchvision"),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+    if info["cpu"]["amx_bf16"]:  # the CPU has it; oneDNN uses it only where the kernel lets this process
+        info["amx_usable"] = _amx_usable()
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
+
+
+def _amx_usable() -> bool | None:
+    """Whether the kernel lets this process use AMX tiles (Linux asks each process to request them), as torch
+    requests them for oneDNN; None where this torch cannot say."""
+    request = getattr(getattr(torch._C, "_cpu", None), "_init_amx", None)
+    try:
+        return bool(request()) if request is not None else None
+    except RuntimeError:
+        return None
+
+
+def _amx_note(info: dict[str, Any]) -> str:
+    notes = {True: " (usable)", False: " (not enabled by the kernel)", None: " (usability unknown)"}
+    return notes[info["amx_usable"]] if "amx_usable" in info else ""
 
 
 def describe(info: dict[str, Any]) -> str:
@@ -98,7 +115,7 @@ def describe(info: dict[str, Any]) -> str:
 
     line = (
         f"{cpu['name']} (kernels {cpu['isa']}; AVX-512 {yes('avx512')}, AVX512-BF16 {yes('avx512_bf16')}, "
-        f"AMX-BF16 {yes('amx_bf16')}), {info['threads']} threads, {info['allocator']}, "
+        f"AMX-BF16 {yes('amx_bf16')}{_amx_note(info)}), {info['threads']} threads, {info['allocator']}, "
         f"fused bf16 attention {'yes' if info['fused_attention'] else 'no'}"
     )
     if "gpu" in info:

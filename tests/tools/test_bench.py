@@ -403,3 +403,16 @@ def test_a_model_case_runs_in_fp16_with_its_own_matmul_floor(capsys, monkeypatch
     assert main(args) == 0
     captured = capsys.readouterr()
     assert "float16" in captured.err and "swin_t eval b1 64x64 fp16" in captured.out
+
+
+@pytest.mark.parametrize(("granted", "said"), [(True, "(usable)"), (False, "(not enabled by the kernel)")])
+def test_an_amx_cpu_says_whether_the_kernel_lets_this_process_use_it(monkeypatch, granted, said):
+    """A CPU that lists AMX-BF16 (CPUID) runs oneDNN's AMX kernels only where Linux grants this process the tiles
+    (torch asks for them): the machine line says which, as a figure made without them is no AMX figure."""
+    from swin.tools import machine
+
+    monkeypatch.setattr(machine, "_amx_usable", lambda: granted)
+    real = __import__("swin.optimized", fromlist=["cpu_features"]).cpu_features
+    monkeypatch.setattr("swin.optimized.cpu_features", lambda: {**real(), "amx_bf16": True})
+    line = machine.describe(machine.machine_info())
+    assert f"AMX-BF16 yes {said}" in line
