@@ -113,27 +113,22 @@ def test_a_resave_removes_older_weights_transformers_would_read_first(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["SwinForImageClassification"]
 
 
-def test_a_non_square_input_is_saved_without_a_processor_and_says_so(tmp_path):
-    ours = _noisy(swin.create_model("swin_t", img_size=(128, 256), window_size=2, **SMALL))
-    with pytest.warns(UserWarning, match="no preprocessor_config.json written"):
-        swin.save_for_transformers(ours, tmp_path)
-    assert not (tmp_path / "preprocessor_config.json").exists()
-    theirs = _loaded(transformers.AutoModelForImageClassification, tmp_path)
-    x = torch.randn(1, 3, 128, 256)
-    with torch.no_grad():
-        _close(theirs(x).logits, ours(x))
-
-
-def test_a_one_channel_model_is_saved_without_a_processor_and_says_so(tmp_path):
+@pytest.mark.parametrize(
+    ("overrides", "size", "why"),
+    [
+        ({"img_size": (128, 256), "window_size": 2}, (3, 128, 256), "128x256 input"),  # no shorter-side resize
+        ({"in_chans": 1}, (1, 224, 224), "1 input channel"),  # transformers' processors make RGB images
+    ],
+)
+def test_a_model_the_processor_cannot_prepare_for_is_saved_without_one_and_says_so(tmp_path, overrides, size, why):
     swin.save_for_transformers(swin.create_model("swin_t", **SMALL), tmp_path)  # an earlier save's processor goes
-    ours = _noisy(swin.create_model("swin_t", in_chans=1, **SMALL))
-    with pytest.warns(
-        UserWarning, match="1 input channel.*no preprocessor_config.json|no preprocessor_config.json.*1 in"
-    ):
+    ours = _noisy(swin.create_model("swin_t", **overrides, **SMALL))
+    with pytest.warns(UserWarning, match="no preprocessor_config.json written") as warned:
         swin.save_for_transformers(ours, tmp_path)
+    assert why in str(warned[0].message)
     assert not (tmp_path / "preprocessor_config.json").exists()
     theirs = _loaded(transformers.AutoModelForImageClassification, tmp_path)
-    x = torch.randn(1, 1, 224, 224)
+    x = torch.randn(1, *size)
     with torch.no_grad():
         _close(theirs(x).logits, ours(x))
 
