@@ -124,7 +124,7 @@ def create_model(
                 "change its entries with pretrained_cfg_overlay=dict(...)"
             )
         origin, hub_spec, asked = name, name, pretrained
-        name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay)
+        name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay, features_only)
         yours = set(overrides)  # the caller's own: their errors stay theirs, not the repository's
         if features_only:  # the repository's head dropout: a backbone has no head (and would warn of it)
             hub_args.pop("drop_rate", None)
@@ -271,7 +271,7 @@ def _check_timm_options(overrides: dict[str, Any]) -> None:
 
 
 def _from_hub(
-    name: str, pretrained: Any, overlay: Mapping[str, Any] | None
+    name: str, pretrained: Any, overlay: Mapping[str, Any] | None, features_only: bool
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """``hf-hub:REPO[@REVISION]`` or ``local-dir:FOLDER`` as timm reads them: the architecture its ``config.json``
     names, its preprocessing and head under the caller's ``pretrained_cfg_overlay`` and its ``model_args`` (the
@@ -287,6 +287,11 @@ def _from_hub(
         described = local_model(name[len(LOCAL_PREFIX) :])
     else:
         described = hub_model(name[len(HUB_PREFIX) :])
+    if described.get("backbone") and not features_only:
+        raise ValueError(
+            f"{name} holds a backbone (transformers' SwinBackbone: per-stage norms, no final norm or head); build it "
+            "with features_only=True"
+        )
     return described["architecture"], {**described["overlay"], **(overlay or {})}, described["model_args"]
 
 

@@ -24,11 +24,12 @@ from .atomic import atomic_output
 from .backbone import SwinBackbone
 from .model import SwinTransformer
 from .weights.hub_model import LOCAL_WEIGHT_FILES
+from .weights.transformers_config import RESAMPLE
 
 __all__ = ["save_for_transformers"]
 
-# transformers' PILImageResampling values, as its processors store them
-_RESAMPLE = {"bicubic": 3, "bilinear": 2, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
+# transformers' PILImageResampling values by our names, as its processors store them
+_RESAMPLE = {name: number for number, name in RESAMPLE.items()}
 
 
 def save_for_transformers(model: nn.Module, folder: str | os.PathLike) -> Path:
@@ -170,6 +171,18 @@ def _image_processor(model: nn.Module, transformers: Any) -> tuple[Any, str]:
     channels, height, width = cfg["input_size"]
     if channels != 3:
         return None, f"the model takes {channels} input channel(s), and transformers' processors make RGB images"
+    if cfg["crop_mode"] == "squash" and cfg["crop_pct"] == 1 and cfg["interpolation"] in _RESAMPLE:
+        # resized to the input size, no crop: ViT's processor (what microsoft's Swin repositories name)
+        return transformers.ViTImageProcessor(
+            do_resize=True,
+            size={"height": height, "width": width},
+            resample=_RESAMPLE[cfg["interpolation"]],
+            do_rescale=True,
+            rescale_factor=1 / 255,
+            do_normalize=True,
+            image_mean=list(cfg["mean"]),
+            image_std=list(cfg["std"]),
+        ), ""
     if height != width or cfg["crop_mode"] != "center":
         return (
             None,

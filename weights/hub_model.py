@@ -16,11 +16,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..registry import SwinConfig, resolve_name
+from ..registry import SwinConfig, get_config, resolve_name
 from ..registry.params import count_parameters
 from . import hub
 from .data_config import check_preprocessing
 from .download import DownloadError
+from .export_layout import stage_size_problem
 from .size_limits import MAX_CHECKPOINT_BYTES_ENV, format_bytes, max_checkpoint_bytes
 from .transformers_config import MODEL_TYPES, transformers_description
 
@@ -37,8 +38,9 @@ __all__ = [
 ]
 
 HUB_PREFIX = "hf-hub:"
-# A model description is a few KB; anything far larger is not one.
-_MAX_CONFIG_BYTES = 1 << 20
+# A model description is a few KB, a few MB with the names of ImageNet-22k's 21,841 classes (transformers'
+# id2label and label2id); anything far larger is not one.
+_MAX_CONFIG_BYTES = 16 << 20
 # The pretrained_cfg entries that describe preprocessing (create_model's pretrained_cfg_overlay takes them).
 _PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
 # The free-form entries timm keeps from a repository's pretrained_cfg (checked where they have a form). Where the
@@ -87,9 +89,18 @@ def hub_model(spec: str) -> HubModel:
     source = {"hf_hub_id": spec, "source": "hf-hub"}
     if config.get("model_type") in MODEL_TYPES:  # a transformers repository: its image processor beside it
         try:
-            processor = _read_json(_file(repo_id, _PROCESSOR, revision), origin, _PROCESSOR)
-        except hub.HubFileMissing:
-            processor = None
+            path = hub.hub_file(repo_id, _PROCESSOR, revision=revision)
+        except hub.HubFileMissing:  # the repository has none
+            path = None
+        else:
+            if path is None:  # offline, and not in the cache: online, the repository's own would be read
+                warnings.warn(
+                    f"{origin}: offline, and its {_PROCESSOR} is not in the Hugging Face cache: the model takes the "
+                    "default preprocessing, which may not be the repository's; fetch the repository once online",
+                    UserWarning,
+                    stacklevel=4,
+                )
+        processor = None if path is None else _read_json(path, origin, _PROCESSOR)
         return _described_transformers(config, processor, origin, source)
     return _described(config, origin, source)
 
@@ -199,7 +210,20 @@ def _described_transformers(
     :mod:`swin.weights.transformers_config`)."""
     architecture, model_args, overlay = transformers_description(config, processor, origin)
     check_preprocessing(overlay, f"{origin}: {_PROCESSOR}'s")
-    return HubModel(architecture=architecture, overlay=overlay | source | {"tag": None}, model_args=model_args)
+    try:
+        built = get_config(architecture).replace(**model_args)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{origin}: the model its config.json describes cannot be built: {error}") from None
+    problem = stage_size_problem(built, "transformers")
+    if problem:  # transformers' rules there are not the classification rules here
+        raise ValueError(
+            f"{origin}: {problem}: transformers' model computes other outputs than any model here would; only "
+            "repositories whose image_size gives window multiples at every stage are read (microsoft's all do)"
+        )
+    backbone = overlay.pop("backbone", False)
+    return HubModel(
+        architecture=architecture, overlay=overlay | source | {"tag": None}, model_args=model_args, backbone=backbone
+    )
 
 
 def check_buildable(
@@ -302,7 +326,7 @@ def _file(repo_id: str, filename: str, revision: str) -> Path:
 
 def _read_json(path: Path, origin: str, name: str) -> dict[str, Any]:
     if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise ValueError(f"{origin}: {name} is {path.stat().st_size} bytes, not a model description")
+        raise ValueError(f"{origin}: {name} is {path.stat().st_size} bytes, far more than a model's description")
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as error:

@@ -143,3 +143,123 @@ def test_what_no_model_here_runs_as_transformers_is_named(tmp_path, change, name
     with pytest.raises(ValueError) as error:
         swin.create_model(f"local-dir:{folder}", pretrained=True)
     assert named in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("version", "fields", "named"),
+    [
+        (1, {"image_size": 256, "window_size": 7}, "stage 1's 64x64 map is no multiple of the 7x7 window"),
+        (2, {"image_size": 224, "window_size": 8}, "stage 2's 28x28 map is no multiple of the 8x8 window"),
+        (1, {"image_size": [224, 448]}, "stage 4's 7x14 map is not square"),
+    ],
+)
+def test_a_size_where_transformers_pads_before_the_shift_is_refused(tmp_path, version, fields, named):
+    """transformers pads such maps before the cyclic shift (and shrinks both axes of a small non-square map),
+    the classification rules here otherwise: a model built from the folder gave logits 0.002-0.09 apart."""
+    folder = _folder(tmp_path, _hf_model(version, num_labels=3, **fields), None)
+    with pytest.raises(ValueError, match=named):
+        swin.create_model(f"local-dir:{folder}", pretrained=True)
+
+
+# each accepted processor file: our transform of the model equals transformers' PIL processor on images whose
+# crop offsets are whole (transformers rounds a half offset down, torchvision to the nearest)
+PROCESSORS = {
+    "ViT defaults (bilinear, 0.5)": {"image_processor_type": "ViTImageProcessor"},
+    "ViT, no normalisation": {"image_processor_type": "ViTImageProcessor", "do_normalize": False, "resample": 3},
+    "ViT, one mean for all": {"image_processor_type": "ViTImageProcessor", "image_mean": 0.4, "image_std": 0.3},
+    "Bit": {"image_processor_type": "BitImageProcessor", "size": {"shortest_edge": 256}, "crop_size": 224},
+    "ConvNext below 384": {"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 224}},
+}
+
+
+@pytest.mark.parametrize("processor", PROCESSORS.values(), ids=PROCESSORS.keys())
+def test_a_processor_file_leaving_entries_to_its_class_defaults(tmp_path, processor):
+    folder = _folder(tmp_path, _hf_model(num_labels=3), processor)
+    ours = swin.create_model(f"local-dir:{folder}", pretrained=True)
+    theirs = transformers.AutoImageProcessor.from_pretrained(str(folder), backend="pil")
+    for image in (_image(300, 400), _image(256, 320)):
+        expected = theirs(image, return_tensors="pt")["pixel_values"][0]
+        torch.testing.assert_close(swin.weights.create_transform(ours)(image), expected)
+
+
+def test_convnexts_processor_from_384_squashes(tmp_path):
+    processor = {"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 384}}
+    folder = _folder(tmp_path, _hf_model(num_labels=3, image_size=384, window_size=12), processor)
+    ours = swin.create_model(f"local-dir:{folder}", pretrained=True)
+    theirs = transformers.AutoImageProcessor.from_pretrained(str(folder), backend="pil")
+    image = _image(300, 401)
+    torch.testing.assert_close(
+        swin.weights.create_transform(ours)(image), theirs(image, return_tensors="pt")["pixel_values"][0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("processor", "named"),
+    [
+        ({"image_processor_type": "ViTImageProcessor", "do_rescale": False}, "does not scale pixel values"),
+        ({"image_processor_type": "SomeoneElsesProcessor"}, "names the image processor 'SomeoneElsesProcessor'"),
+        ({"image_processor_type": "ViTImageProcessor", "size": 256}, "resizes to (256, 256) without a crop"),
+    ],
+)
+def test_a_processor_the_transform_cannot_follow_is_named_in_a_warning(tmp_path, processor, named):
+    folder = _folder(tmp_path, _hf_model(num_labels=3), processor)
+    with pytest.warns(UserWarning, match="keeps the default preprocessing") as warned:
+        swin.create_model(f"local-dir:{folder}", pretrained=True)
+    assert any(named in str(w.message) for w in warned)
+
+
+def test_a_backbone_repository_is_built_with_features_only(tmp_path):
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(**SMALL, out_features=["stage2", "stage4"])
+    theirs = transformers.SwinBackbone(config).eval()
+    folder = _folder(tmp_path, theirs, None)
+    with pytest.raises(ValueError, match="holds a backbone .* features_only=True"):
+        swin.create_model(f"local-dir:{folder}", pretrained=True)
+    # transformers 5.24's SwinBackbone carries a final layernorm it never uses: dropped, and said
+    with pytest.warns(UserWarning, match="dropped 2 key.* norm.bias, norm.weight"):
+        ours = swin.create_model(f"local-dir:{folder}", pretrained=True, features_only=True, out_indices=(1, 3))
+    ours.eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        for a, b in zip(ours(x), theirs(x).feature_maps, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_an_imagenet_22k_head_with_its_class_names(tmp_path):
+    """21,841 classes named in id2label and label2id: a config.json of some MB (it was refused over 1 MiB)."""
+    names = {i: f"class number {i} of the large set" for i in range(21841)}
+    folder = _folder(tmp_path, _hf_model(num_labels=21841, id2label=names), None)
+    assert (folder / "config.json").stat().st_size > 1 << 20
+    ours = swin.create_model(f"local-dir:{folder}")
+    assert ours.num_classes == 21841 and ours.pretrained_cfg["label_names"][21840] == names[21840]
+    assert swin.data_config(ours)["labels"] is None  # not the ImageNet set of the architecture it starts from
+
+
+def test_offline_without_the_cached_processor_says_the_preprocessing_may_not_be_the_repositorys(
+    server, monkeypatch, tmp_path
+):
+    from swin.weights import hub
+
+    folder = _folder(tmp_path, _hf_model(num_labels=3))
+    repo = "someone/swin-partly-cached"
+    for name in ("config.json", "preprocessor_config.json", "model.safetensors"):
+        server.serve(f"/{repo}/resolve/main/{name}", (folder / name).read_bytes())
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    for name in ("config.json", "model.safetensors"):  # cached by an earlier download; the processor not
+        hub.hub_file(repo, name)
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    with pytest.warns(UserWarning, match="offline, and its preprocessor_config.json is not in the Hugging Face cache"):
+        swin.create_model(f"hf-hub:{repo}", pretrained=True)
+
+
+def test_a_microsoft_style_folder_saved_again_keeps_its_squash_processor(tmp_path):
+    """Read from a repository whose ViT processor resizes to the input size, the model is written back with such
+    a processor (it was written without one: a shorter-side resize and crop cannot say a squash)."""
+    ours = swin.create_model(f"local-dir:{_folder(tmp_path / 'in', _hf_model(num_labels=3))}", pretrained=True)
+    swin.save_for_transformers(ours, tmp_path / "out")
+    theirs = transformers.AutoImageProcessor.from_pretrained(str(tmp_path / "out"), backend="pil")
+    assert type(theirs).__name__.startswith("ViTImageProcessor")
+    image = _image(300, 401)
+    torch.testing.assert_close(
+        swin.weights.create_transform(ours)(image), theirs(image, return_tensors="pt")["pixel_values"][0]
+    )
