@@ -124,7 +124,11 @@ def create_model(
                 "change its entries with pretrained_cfg_overlay=dict(...)"
             )
         origin, hub_spec, asked = name, name, pretrained
-        name, pretrained_cfg_overlay, hub_args = _from_hub(name, pretrained, pretrained_cfg_overlay, features_only)
+        name, pretrained_cfg_overlay, hub_args, hub_stages = _from_hub(
+            name, pretrained, pretrained_cfg_overlay, features_only
+        )
+        if out_indices is None and hub_stages:  # a transformers SwinBackbone repository's out_features
+            out_indices = hub_stages
         yours = set(overrides)  # the caller's own: their errors stay theirs, not the repository's
         if features_only:  # the repository's head dropout: a backbone has no head (and would warn of it)
             hub_args.pop("drop_rate", None)
@@ -272,10 +276,11 @@ def _check_timm_options(overrides: dict[str, Any]) -> None:
 
 def _from_hub(
     name: str, pretrained: Any, overlay: Mapping[str, Any] | None, features_only: bool
-) -> tuple[str, dict[str, Any], dict[str, Any]]:
+) -> tuple[str, dict[str, Any], dict[str, Any], tuple[int, ...] | None]:
     """``hf-hub:REPO[@REVISION]`` or ``local-dir:FOLDER`` as timm reads them: the architecture its ``config.json``
     names, its preprocessing and head under the caller's ``pretrained_cfg_overlay`` and its ``model_args`` (the
-    caller's overrides win). Its weights are fetched by the caller once the model is built."""
+    caller's overrides win). Its weights are fetched by the caller once the model is built. Last, the stages a
+    backbone repository (transformers' SwinBackbone) outputs, else None."""
     from .weights.hub_model import HUB_PREFIX, LOCAL_PREFIX, hub_model, local_model
 
     if pretrained not in (True, False, None):
@@ -287,12 +292,14 @@ def _from_hub(
         described = local_model(name[len(LOCAL_PREFIX) :])
     else:
         described = hub_model(name[len(HUB_PREFIX) :])
-    if described.get("backbone") and not features_only:
+    stages = described.get("backbone")
+    if stages and not features_only:
         raise ValueError(
             f"{name} holds a backbone (transformers' SwinBackbone: per-stage norms, no final norm or head); build it "
-            "with features_only=True"
+            f"with features_only=True (its stages, out_indices={stages}, are the default)"
         )
-    return described["architecture"], {**described["overlay"], **(overlay or {})}, described["model_args"]
+    overlay = {**described["overlay"], **(overlay or {})}
+    return described["architecture"], overlay, described["model_args"], stages
 
 
 def _config(canonical: str, overrides: dict[str, Any], origin: str | None, yours: set[str]) -> SwinConfig:

@@ -177,3 +177,21 @@ def test_what_transformers_cannot_build_is_refused_before_writing(tmp_path, buil
         swin.save_for_transformers(model, tmp_path / "out")
     assert named in str(raised.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_swin_v2_with_an_absolute_position_embedding_is_refused(tmp_path):
+    """transformers' Swin V2 makes its embedding one position longer than the patches and cannot run with it."""
+    with pytest.raises(ValueError, match="Swin V2 with ape has no transformers model"):
+        swin.save_for_transformers(swin.create_model("swinv2_t_w8", ape=True, **SMALL), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_backbone_of_a_size_that_is_no_window_multiple_reads_back(tmp_path):
+    """Detection rules on both sides: the classifiers' size refusal is not theirs."""
+    ours = _noisy(swin.create_model("swin_t", features_only=True, img_size=256, **SMALL))
+    swin.save_for_transformers(ours, tmp_path)
+    again = swin.create_model(f"local-dir:{tmp_path}", pretrained=True, features_only=True).eval()
+    x = torch.randn(1, 3, 256, 256)
+    with torch.no_grad():
+        for a, b in zip(again(x), ours(x), strict=True):
+            _close(a, b)

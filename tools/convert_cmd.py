@@ -122,7 +122,12 @@ def _note_foreign_keys(out: dict[str, torch.Tensor], state, target: str) -> None
         shown = ", ".join(groups[:6]) + (", ..." if len(groups) > 6 else "")
         print(
             f"note: {len(foreign)} key(s) are a detector's, kept as they are ({shown}): {_LIBRARIES[target]} has no "
-            "place for them; load the file there with strict=False",
+            "place for them; "
+            + (
+                "from_pretrained leaves them out with a warning"
+                if target == "transformers"
+                else "load the file there with strict=False"
+            ),
             file=sys.stderr,
         )
 

@@ -147,6 +147,11 @@ def _refuse_what_target_lacks(sd: Mapping[str, torch.Tensor], target: str, windo
             "timm's Swin has no absolute position embedding (ape): its strict load refuses absolute_pos_embed and a "
             "lenient one drops it; export this model to 'official' instead"
         )
+    if target == "transformers" and "absolute_pos_embed" in sd and any(k.endswith(".logit_scale") for k in sd):
+        raise ValueError(
+            "transformers' Swin V2 keeps one position more in its absolute position embedding than patches, and its "
+            "own model cannot run with it: a Swin V2 with ape has no transformers model; export to 'official'"
+        )
     if target == "transformers" and "patch_embed.proj.weight" in sd and "patch_embed.norm.weight" not in sd:
         raise ValueError(
             "transformers' Swin always norms the patch embedding (embeddings.norm) and this model has no patch norm "

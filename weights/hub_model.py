@@ -214,13 +214,14 @@ def _described_transformers(
         built = get_config(architecture).replace(**model_args)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{origin}: the model its config.json describes cannot be built: {error}") from None
-    problem = stage_size_problem(built, "transformers")
+    backbone = overlay.pop("backbone", None)  # the stages a SwinBackbone repository outputs
+    # (a backbone runs the detection rules, transformers' SwinBackbone's too: any size is the same there)
+    problem = None if backbone else stage_size_problem(built, "transformers")
     if problem:  # transformers' rules there are not the classification rules here
         raise ValueError(
             f"{origin}: {problem}: transformers' model computes other outputs than any model here would; only "
             "repositories whose image_size gives window multiples at every stage are read (microsoft's all do)"
         )
-    backbone = overlay.pop("backbone", False)
     return HubModel(
         architecture=architecture, overlay=overlay | source | {"tag": None}, model_args=model_args, backbone=backbone
     )

@@ -32,6 +32,22 @@ _FIELDS = {
     "hidden_dropout_prob": "proj_drop_rate",
     "attention_probs_dropout_prob": "attn_drop_rate",
 }
+# transformers' SwinConfig and Swinv2Config defaults (5.24) of the fields read
+_DEFAULTS = {
+    "image_size": 224,
+    "patch_size": 4,
+    "num_channels": 3,
+    "embed_dim": 96,
+    "depths": [2, 2, 6, 2],
+    "num_heads": [3, 6, 12, 24],
+    "window_size": 7,
+    "mlp_ratio": 4.0,
+    "qkv_bias": True,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+    "drop_path_rate": 0.1,
+    "use_absolute_embeddings": False,
+}
 # PIL's resampling filters by the number transformers' processors store
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -52,17 +68,16 @@ def transformers_description(
         fail("hidden_act", "the Swin here runs the exact GELU ('gelu') only")
     if abs(float(config.get("layer_norm_eps", 1e-5)) - 1e-5) > 1e-12:
         fail("layer_norm_eps", "the Swin here norms with eps 1e-5, as transformers' default")
-    args = {ours: config[theirs] for theirs, ours in _FIELDS.items() if theirs in config}
-    size = config.get("image_size", 224)
+    # a field the file leaves out is transformers' default, never the registered architecture's
+    given = _DEFAULTS | {k: v for k, v in config.items() if v is not None}
+    args = {ours: given[theirs] for theirs, ours in _FIELDS.items()}
+    size = given["image_size"]
     args["img_size"] = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
     for key in ("depths", "num_heads"):
-        if key in args:
-            args[key] = tuple(args[key])
-    if version == 2:
+        args[key] = tuple(args[key])
+    if version == 2:  # zeros included: the registered architecture it starts from may have others
         args["version"] = 2
-        windows = tuple(config.get("pretrained_window_sizes") or ())
-        if any(windows):
-            args["pretrained_window_sizes"] = windows
+        args["pretrained_window_sizes"] = tuple(given.get("pretrained_window_sizes") or (0,) * len(args["depths"]))
     architectures = config.get("architectures") or []
     # a config.json without architectures (not written by save_pretrained) is taken as the classifier it can be
     classifier = any(str(name).endswith("ForImageClassification") for name in architectures) or not architectures
@@ -77,7 +92,9 @@ def transformers_description(
     if processor is not None:
         overlay |= _preprocessing(processor, args["img_size"], origin)
     if any(str(name).endswith("Backbone") for name in architectures):  # read only as a features_only model
-        overlay["backbone"] = True
+        stages = [f"stage{i + 1}" for i in range(len(args["depths"]))]
+        features = given.get("out_features") or stages[-1:]
+        overlay["backbone"] = tuple(stages.index(name) for name in features if name in stages)
     return _closest_registered(version, args), args, overlay
 
 
@@ -97,7 +114,8 @@ def _closest_registered(version: int, args: dict[str, Any]) -> str:
     exact = [
         n
         for n in same
-        if (get_config(n).window_size, get_config(n).img_size) == (args.get("window_size"), args["img_size"])
+        if (get_config(n).window_size, get_config(n).img_size, get_config(n).pretrained_window_sizes)
+        == (args["window_size"], args["img_size"], args.get("pretrained_window_sizes", (0, 0, 0, 0)))
     ]
     return (exact or same or ["swinv2_t_w8" if version == 2 else "swin_t"])[0]
 

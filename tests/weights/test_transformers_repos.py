@@ -208,18 +208,21 @@ def test_a_processor_the_transform_cannot_follow_is_named_in_a_warning(tmp_path,
     assert any(named in str(w.message) for w in warned)
 
 
-def test_a_backbone_repository_is_built_with_features_only(tmp_path):
+def test_a_backbone_repository_is_built_with_features_only_and_its_stages(tmp_path):
+    """Its out_features are the default out_indices (the other stages' norms are not in it); the detection rules
+    at a size that is no window multiple, as transformers' SwinBackbone (a classifier there is refused)."""
     torch.manual_seed(0)
-    config = transformers.SwinConfig(**SMALL, out_features=["stage2", "stage4"])
+    config = transformers.SwinConfig(**SMALL, image_size=256, out_features=["stage2", "stage4"])
     theirs = transformers.SwinBackbone(config).eval()
     folder = _folder(tmp_path, theirs, None)
-    with pytest.raises(ValueError, match="holds a backbone .* features_only=True"):
+    with pytest.raises(ValueError, match=r"holds a backbone .* features_only=True \(its stages, out_indices=\(1, 3\)"):
         swin.create_model(f"local-dir:{folder}", pretrained=True)
     # transformers 5.24's SwinBackbone carries a final layernorm it never uses: dropped, and said
     with pytest.warns(UserWarning, match="dropped 2 key.* norm.bias, norm.weight"):
-        ours = swin.create_model(f"local-dir:{folder}", pretrained=True, features_only=True, out_indices=(1, 3))
+        ours = swin.create_model(f"local-dir:{folder}", pretrained=True, features_only=True)
+    assert ours.out_indices == (1, 3)
     ours.eval()
-    x = torch.randn(1, 3, 224, 224)
+    x = torch.randn(1, 3, 256, 256)
     with torch.no_grad():
         for a, b in zip(ours(x), theirs(x).feature_maps, strict=True):
             torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
@@ -263,3 +266,25 @@ def test_a_microsoft_style_folder_saved_again_keeps_its_squash_processor(tmp_pat
     torch.testing.assert_close(
         swin.weights.create_transform(ours)(image), theirs(image, return_tensors="pt")["pixel_values"][0]
     )
+
+
+def test_a_swin_v2_repository_without_pretrained_windows_has_none(tmp_path, monkeypatch):
+    """Fields the file gives (zeros included) or leaves to transformers' defaults are never those of the registered
+    architecture the model starts from: here one of the same widths registered with pretrained windows."""
+    from swin.registry import lookup
+
+    swin.list_models()  # the bundled entries, before the registry is copied for this test
+    monkeypatch.setattr(lookup, "_configs", dict(lookup._configs))
+    dims = {k: tuple(v) if isinstance(v, list) else v for k, v in SMALL.items()}
+    swin.register_model(
+        name="aaa_v2_pretrained", version=2, img_size=224, window_size=7, **dims, pretrained_window_sizes=(6, 6, 6, 4)
+    )
+    config = {**SMALL, "image_size": 224, "num_labels": 3}  # no window_size: transformers' 7
+    theirs = _hf_model(2, **config, pretrained_window_sizes=[0, 0, 0, 0])
+    folder = _folder(tmp_path, theirs, None)
+    written = json.loads((folder / "config.json").read_text())
+    written.pop("window_size")
+    (folder / "config.json").write_text(json.dumps(written))
+    ours = swin.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    assert ours.config.pretrained_window_sizes == (0, 0, 0, 0) and ours.config.window_size == 7
+    _same_logits(ours, theirs)
