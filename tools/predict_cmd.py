@@ -94,10 +94,66 @@ def _fitting_architectures(config, rows: dict[int, int]) -> list[str]:
     return fitting
 
 
+def _predict_described(args) -> int:
+    """``--model hf-hub:REPO`` or ``local-dir:FOLDER``: the model, head, classes and preprocessing its
+    ``config.json`` describes (timm's or transformers'), with its own weights."""
+    from ..factory import create_model
+    from ..weights.data_config import class_names, create_transform, data_config
+
+    if args.weights:
+        raise ValueError(
+            f"--model {args.model} names its own weights: leave --weights out, or give --model the architecture "
+            "(swin_t, ...) with --weights"
+        )
+    if os.path.isdir(args.image) or not os.path.exists(args.image):
+        read_image(args.image, " (swin validate scores a folder)")  # named before the weights are fetched
+    model = create_model(args.model, pretrained=True).eval()
+    if not model.num_classes:
+        raise ValueError(f"{args.model} describes a model without a classifier head: it cannot classify")
+    image = read_image(args.image, " (swin validate scores a folder)")
+    config = data_config(model)
+    check_resized_size(image, config, args.image)
+    with torch.inference_mode():
+        probabilities = model(create_transform(config)(image).unsqueeze(0)).softmax(dim=-1)[0]
+    cfg = model.pretrained_cfg
+    names = cfg.get("label_names") or class_names(cfg) or [f"class {i}" for i in range(model.num_classes)]
+    descriptions = cfg.get("label_descriptions") or {}
+    names = [descriptions.get(name, name) for name in names]
+    described = {"model": args.model, "weights": args.model, "file": None, "layout": None}
+    return _report(args, probabilities, names, config, described)
+
+
+def _report(args, probabilities: torch.Tensor, names: list[str], config, described: dict) -> int:
+    """The top classes, as a table or JSON (``described``: model, weights, file, layout)."""
+    top = probabilities.topk(min(args.top, probabilities.numel()))
+    rows = [
+        {"index": int(i), "probability": float(p), "label": names[int(i)]}
+        for p, i in zip(top.values, top.indices, strict=True)
+    ]
+    if args.format == "json":
+        shown = ("input_size", "resize_size", "crop_pct", "interpolation", "mean", "std")
+        result = {
+            "image": os.fspath(args.image),
+            **described,
+            "num_classes": probabilities.numel(),
+            "preprocessing": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items() if k in shown},
+            "top": rows,
+        }
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{args.image} ({described['model']}, weights {described['weights']}, {probabilities.numel()} classes):")
+        for rank, row in enumerate(rows, 1):
+            print(f"  {rank}. {row['probability']:7.2%}  {row['index']:>5}  {row['label']}")
+    return 0
+
+
 def cmd_predict(args) -> int:
     from ..factory import create_model
     from ..weights.data_config import create_transform, data_config
+    from ..weights.hub_model import HUB_PREFIX, LOCAL_PREFIX
 
+    if args.model.startswith((HUB_PREFIX, LOCAL_PREFIX)):
+        return _predict_described(args)
     arch, _, tag = args.model.partition(".")
     arch = resolve_name(arch)
     named = manifest.get_entry(arch, tag) if tag else None  # an explicit tag: its weights or preprocessing
@@ -122,30 +178,19 @@ def cmd_predict(args) -> int:
     x = create_transform(config)(image).unsqueeze(0)
     with torch.inference_mode():
         probabilities = model(x).softmax(dim=-1)[0]
-    top = probabilities.topk(min(args.top, probabilities.numel()))
     names = class_labels(num_classes, described.labels if described else None)
-    rows = [
-        {"index": int(i), "probability": float(p), "label": names[int(i)]}
-        for p, i in zip(top.values, top.indices, strict=True)
-    ]
-    if args.format == "json":
-        shown = ("input_size", "resize_size", "crop_pct", "interpolation", "mean", "std")
-        result = {
-            "image": os.fspath(args.image),
+    return _report(
+        args,
+        probabilities,
+        names,
+        config,
+        {
             "model": weights.entry.name if weights.entry else arch,
             "weights": weights.name,
             "file": os.fspath(weights.path),
             "layout": weights.layout,
-            "num_classes": num_classes,
-            "preprocessing": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items() if k in shown},
-            "top": rows,
-        }
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"{args.image} ({arch}, weights {weights.name}, {num_classes} classes):")
-        for rank, row in enumerate(rows, 1):
-            print(f"  {rank}. {row['probability']:7.2%}  {row['index']:>5}  {row['label']}")
-    return 0
+        },
+    )
 
 
 def register(sub) -> None:
@@ -158,7 +203,13 @@ def register(sub) -> None:
         "Microsoft's and timm's).",
     )
     p.add_argument("image", metavar="IMAGE", help="an image file PIL can read (JPEG, PNG, ...)")
-    p.add_argument("--model", required=True, metavar="NAME[.TAG]", help="e.g. swin_t or swin_b.ms_in22k_ft_in1k")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="NAME[.TAG]",
+        help="e.g. swin_t or swin_b.ms_in22k_ft_in1k; or hf-hub:OWNER/NAME, local-dir:FOLDER (a timm or transformers "
+        "model repository or folder: its own weights, classes and preprocessing)",
+    )
     p.add_argument(
         "--weights", default=None, help="a checkpoint file, URL or tag instead of the tag's (or default) download"
     )

@@ -228,3 +228,39 @@ def test_a_folder_given_as_the_image_is_named_before_any_weights_are_fetched(tmp
     code = main(["predict", str(tmp_path), "--model", "swin_t.ms_in1k"])
     err = capsys.readouterr().err
     assert code == 1 and "swin validate scores a folder" in err and "offline" not in err
+
+
+def test_a_transformers_folder_classifies_as_transformers_pipeline_does(tmp_path, capsys):
+    """--model local-dir: (and hf-hub:) with the folder's own weights, classes and preprocessing; the judge is
+    transformers' image-classification pipeline on the same folder and image."""
+    import numpy as np
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(
+        embed_dim=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8], num_labels=3, id2label={0: "cat", 1: "dog", 2: "cow"}
+    )
+    model = transformers.SwinForImageClassification(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter), alpha=0.05)
+    model.save_pretrained(tmp_path / "model")
+    processor = {"image_processor_type": "ViTImageProcessor", "resample": 3, "size": 224}
+    (tmp_path / "model" / "preprocessor_config.json").write_text(json.dumps(processor))
+    image = tmp_path / "image.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (300, 400, 3), dtype=np.uint8)).save(image)
+
+    status, out, _ = predict(capsys, str(image), "--model", f"local-dir:{tmp_path / 'model'}", "--format", "json")
+    assert status == 0
+    ours = {row["label"]: row["probability"] for row in json.loads(out)["top"]}
+    folder = str(tmp_path / "model")
+    pil = transformers.AutoImageProcessor.from_pretrained(folder, backend="pil")  # resizes as PIL does, as ours
+    pipeline = transformers.pipeline("image-classification", model=folder, image_processor=pil)
+    theirs = {row["label"]: row["score"] for row in pipeline(str(image))}
+    assert ours.keys() == theirs.keys() == {"cat", "dog", "cow"}
+    assert all(abs(ours[label] - theirs[label]) < 1e-4 for label in ours)
+
+    status, _, err = predict(capsys, str(image), "--model", f"local-dir:{tmp_path / 'model'}", "--weights", "x.pth")
+    assert status and "names its own weights: leave --weights out" in err
+    status, _, err = predict(capsys, str(tmp_path / "missing.png"), "--model", f"local-dir:{tmp_path / 'nowhere'}")
+    assert status and "missing.png" in err  # the image is named before the folder is read
