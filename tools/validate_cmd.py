@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..factory import create_model
 from ..registry import resolve_name
 from ..weights import UnsafeCheckpointError, create_transform, data_config, get_entry, load_checkpoint
+from ..weights.hub_model import HUB_PREFIX, LOCAL_PREFIX
 from ..weights.user_weights import preprocessing_for
 from .argtypes import whole_number
 from .predict_cmd import check_window
@@ -88,18 +89,24 @@ def find_images(root: str | os.PathLike) -> dict[str, list[Path]]:
     return found
 
 
-def class_indices(folders: list[str], num_classes: int, labels: str | None = None) -> dict[str, int]:
+def class_indices(
+    folders: list[str], num_classes: int, labels: str | None = None, names: list[str] | None = None
+) -> dict[str, int]:
     """The head's class index of each folder: a WordNet id of the head's label set (timm's ImageNetInfo: a
-    1000-class head reads ImageNet-1k's sorted ids, a 21,841-class head ImageNet-22k's), or an integer index.
+    1000-class head reads ImageNet-1k's sorted ids, a 21,841-class head ImageNet-22k's), one of the model's own
+    class ``names`` (a hub repository's labels), or an integer index.
 
     Raises:
         DatasetError: naming every folder that maps to no class of the head.
     """
     subset, wordnet = _wordnet_ids(num_classes, labels)
+    own = {name: i for i, name in enumerate(names or []) if i < num_classes}
     mapping, unmapped = {}, []
     for folder in folders:
         if folder in wordnet:
             mapping[folder] = wordnet[folder]
+        elif folder in own:
+            mapping[folder] = own[folder]
         elif folder.isdigit() and int(folder) < num_classes:
             mapping[folder] = int(folder)
         else:
@@ -107,6 +114,8 @@ def class_indices(folders: list[str], num_classes: int, labels: str | None = Non
     if unmapped:
         shown = ", ".join(unmapped[:10]) + (f", ... ({len(unmapped)} in all)" if len(unmapped) > 10 else "")
         accepted = f"integer class indices 0..{num_classes - 1}"
+        if own:
+            accepted = f"the model's class names ({', '.join(list(own)[:3])}, ...) or {accepted}"
         if wordnet:
             accepted = f"WordNet ids of {subset} (n01440764, ...) or {accepted}"
         elif any(_WORDNET_ID.fullmatch(f) for f in unmapped):
@@ -211,6 +220,15 @@ def evaluate(
 
 def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any], Any]:
     """The model in eval mode, its evaluation preprocessing, and its manifest entry (if it has one)."""
+    if name.startswith((HUB_PREFIX, LOCAL_PREFIX)):  # a timm or transformers repository: its own weights
+        if checkpoint is not None:
+            raise ValueError(
+                f"{name} names its own weights: leave --weights out, or name the architecture (swin_t, ...) with it"
+            )
+        model = create_model(name, pretrained=True)
+        if not model.num_classes:
+            raise ValueError(f"{name} describes a model without a classifier head: nothing to score")
+        return model.eval(), data_config(model), None
     arch, _, tag = name.partition(".")
     arch = resolve_name(arch)
     if checkpoint is None:
@@ -256,7 +274,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         device = _device(args.device)
         images = find_images(args.data)
         model, config, entry = _load(args.name, args.weights)
-        mapping = class_indices(list(images), model.num_classes, config.get("labels"))
+        names = model.pretrained_cfg.get("label_names")
+        mapping = class_indices(list(images), model.num_classes, config.get("labels"), names)
     except (DatasetError, FileNotFoundError, ValueError, KeyError, UnsafeCheckpointError) as error:
         from .cli import _one_line
 
@@ -279,7 +298,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     n = counts["num_images"]
     result: dict[str, Any] = {
-        "model": resolve_name(args.name.partition(".")[0]),
+        "model": args.name
+        if args.name.startswith((HUB_PREFIX, LOCAL_PREFIX))
+        else resolve_name(args.name.partition(".")[0]),
         "tag": entry.tag if entry else None,
         "checkpoint": args.weights,
         "weights": getattr(model, "pretrained_cfg", {}).get("file"),
@@ -328,8 +349,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if result["published"]:
         print(f"  published     top-1 {result['published']['top1']}%, top-5 {result['published']['top5']}%")
     prep = result["preprocessing"]
+    box = prep["resize_size"]
+    box = "x".join(map(str, box)) if isinstance(box, list) else f"{box}x{box}"
+    resize = {  # timm's crop modes (create_transform)
+        "squash": f"resize to {box}, aspect ratio not kept",
+        "border": f"resize to fit {box}, padded with the mean",
+    }.get(prep.get("crop_mode") or "center", f"resize {prep['resize_size']}")
     print(
-        f"  preprocessing resize {prep['resize_size']} ({prep['interpolation']}), center crop "
+        f"  preprocessing {resize} ({prep['interpolation']}), center crop "
         f"{prep['input_size'][1]}x{prep['input_size'][2]}, mean {prep['mean']}, std {prep['std']}"
     )
     how = ", optimized (swin.optimize)" if args.optimize else ""
@@ -344,7 +371,12 @@ def register(sub) -> None:
         description="Score a pretrained tag (or a local checkpoint) on DIR/<class>/<image>, class folders named by "
         "WordNet id (n01440764) or class index, with the tag's own evaluation preprocessing.",
     )
-    p.add_argument("name", help="NAME or NAME.TAG, e.g. swin_t or swin_t.ms_in22k_ft_in1k (default tag without one)")
+    p.add_argument(
+        "name",
+        help="NAME or NAME.TAG, e.g. swin_t or swin_t.ms_in22k_ft_in1k (default tag without one); or "
+        "hf-hub:OWNER/NAME, local-dir:FOLDER (a timm or transformers repository: its own weights, classes and "
+        "preprocessing; class folders may also be named by its class names)",
+    )
     p.add_argument("--data", required=True, type=Path, help="ImageFolder root, e.g. imagenet/val")
     p.add_argument(
         "--weights",

@@ -333,3 +333,40 @@ def test_images_under_linked_folders_are_found_as_imagefolder_finds_them(tmp_pat
     theirs = sorted(path for path, _ in ImageFolder(str(root)).samples if "/up/" not in path)
     assert sorted(str(p) for p in find_images(root)["n01"]) == theirs
     assert len(theirs) == 2
+
+
+def test_a_transformers_folder_is_scored_with_its_classes_and_processor(tmp_path, capsys):
+    """``swin validate local-dir:FOLDER`` (or hf-hub:) of a transformers repository: its weights, its class names
+    as folder names, its processor. Expected: transformers' own model and PIL processor over the same images."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    names = ["cat", "dog", "cow"]
+    config = transformers.SwinConfig(
+        embed_dim=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8], num_labels=3, id2label=dict(enumerate(names))
+    )
+    model = transformers.SwinForImageClassification(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter), alpha=0.05)
+    model.save_pretrained(tmp_path / "model")
+    processor = {"image_processor_type": "ViTImageProcessor", "resample": 3, "size": 224}
+    (tmp_path / "model" / "preprocessor_config.json").write_text(json.dumps(processor))
+    images = random_images(12)
+    labels = [i % 3 for i in range(12)]
+    write_folder(tmp_path / "data", images, labels, names.__getitem__)
+    pil = transformers.AutoImageProcessor.from_pretrained(str(tmp_path / "model"), backend="pil")
+    with torch.no_grad():
+        logits = model(pil(images, return_tensors="pt")["pixel_values"]).logits
+    expected = int((logits.argmax(-1) == torch.tensor(labels)).sum())
+
+    code, out, err = run(capsys, f"local-dir:{tmp_path / 'model'}", "--data", tmp_path / "data", "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["model"], result["num_images"], result["correct_top1"]) == (
+        f"local-dir:{tmp_path / 'model'}",
+        12,
+        expected,
+    )
+    assert result["preprocessing"]["crop_mode"] == "squash"
+    code, _, err = run(capsys, f"local-dir:{tmp_path / 'model'}", "--data", tmp_path / "data", "--weights", "x.pth")
+    assert code and "names its own weights" in err
