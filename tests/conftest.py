@@ -167,3 +167,28 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def transformers_classifier_folder(folder: Path, names: list[str]):
+    """A small transformers ``SwinForImageClassification`` (weights away from their initial values, classes
+    ``names``) saved by its own ``save_pretrained`` in ``folder``, beside the ViT processor file microsoft's
+    repositories carry (bicubic, a resize to 224, transformers' default 0.5 mean and std); returns the model."""
+    import json
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(
+        embed_dim=32,
+        depths=[2, 2, 2, 2],
+        num_heads=[1, 2, 4, 8],
+        num_labels=len(names),
+        id2label=dict(enumerate(names)),
+    )
+    model = transformers.SwinForImageClassification(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter), alpha=0.05)
+    model.save_pretrained(folder)
+    processor = {"image_processor_type": "ViTImageProcessor", "resample": 3, "size": 224}
+    (Path(folder) / "preprocessor_config.json").write_text(json.dumps(processor))
+    return model

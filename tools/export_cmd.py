@@ -133,9 +133,77 @@ def _metadata(args, model, weights) -> dict[str, Any]:
     return metadata
 
 
-def cmd_export(args) -> int:
+def _shape_plan(args, name: str):
+    """(max batch, size range, heights, widths) of the export, checked on the architecture alone (meta)."""
     import torch
 
+    batch = args.max_batch or (2 if args.static else 64)
+    with torch.device("meta"):  # the size range needs the architecture only, not its weights
+        skeleton = create_model(name, features_only=args.features_only)
+    size_range = _size_range(args.size_range, args.static)
+    if args.static:  # one traced shape: any size, no range to keep inside
+        static_shape(skeleton, size_range)
+        return batch, size_range, None, None
+    return (batch, size_range, *_check_size_ranges(skeleton, size_range))
+
+
+def _write(args, model, plan, local: list[str], metadata: dict[str, Any] | None) -> None:
+    import torch
+
+    batch, size_range, _, _ = plan
+    with atomic_output(args.output, local) as temporary:
+        if _is_program(args.output):
+            torch.export.save(export_program(model, batch, size_range), temporary)
+        else:
+            export_onnx(model, temporary, batch, size_range, dynamic=not args.static, metadata=metadata)
+
+
+def _summary(args, model, plan, described: str) -> None:
+    batch, size_range, heights, widths = plan
+    kind = "backbone" if args.features_only else "classifier"
+    if args.static:
+        height, width = static_shape(model, size_range)  # the shape export_onnx fixes
+        shape = f"static input {batch}x{model.in_chans}x{height}x{width}"
+    else:
+        batches = "batch 1" if batch == 1 else f"batch 1..{batch}"
+        shape = f"{batches}, height and width multiples of {SIZE_MULTIPLE}"
+        if heights == widths:
+            shape += f" in {heights[0]}..{heights[1]}"
+        else:
+            shape += f", height in {heights[0]}..{heights[1]} and width in {widths[0]}..{widths[1]}"
+    print(f"wrote {args.output}: {args.name} {kind}, {described}, {shape} (other heights and widths are refused)")
+
+
+def _export_described(args) -> int:
+    """NAME is ``hf-hub:REPO`` or ``local-dir:FOLDER``: the model its ``config.json`` describes (timm's or
+    transformers'), with its own weights and their preprocessing (or --random-weights)."""
+    from ..weights.data_config import data_config
+
+    if args.weights:
+        raise ValueError(
+            f"{args.name} names its own weights: leave --weights out (or pass --random-weights), or name the "
+            "architecture (swin_t, ...) with --weights"
+        )
+    _check_output(args.output, [])
+    _check_options(args)
+    plan = _shape_plan(args, args.name)
+    model = create_model(args.name, pretrained=not args.random_weights, features_only=args.features_only)
+    metadata: dict[str, Any] = {"model": args.name, "weights": "random" if args.random_weights else args.name}
+    if not args.features_only:
+        metadata["num_classes"] = model.num_classes
+    if not args.random_weights:
+        config = data_config(model)
+        metadata.update({key: config[key] for key in _PREPROCESSING if config.get(key) is not None})
+    _write(args, model, plan, [], None if _is_program(args.output) else metadata)
+    _summary(args, model, plan, "RANDOM weights (--random-weights)" if args.random_weights else "its own weights")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from ..weights.hub_model import HUB_PREFIX, LOCAL_PREFIX
+
+    if args.name.startswith((HUB_PREFIX, LOCAL_PREFIX)):
+        return _export_described(args)
     named = _weights_named(args)
     if named is None and not args.random_weights:
         print(
@@ -147,15 +215,7 @@ def cmd_export(args) -> int:
     local = [named] if named and os.path.isfile(named) else []
     _check_output(args.output, local)
     _check_options(args)
-    batch = args.max_batch or (2 if args.static else 64)
-    with torch.device("meta"):  # the size range needs the architecture only, not its weights
-        skeleton = create_model(args.name, features_only=args.features_only)
-    size_range = _size_range(args.size_range, args.static)
-    if args.static:  # one traced shape: any size, no range to keep inside
-        heights = widths = None
-        static_shape(skeleton, size_range)
-    else:
-        heights, widths = _check_size_ranges(skeleton, size_range)
+    plan = _shape_plan(args, args.name)
 
     arch = resolve_name(args.name.partition(".")[0])
     weights = load_weights(arch, named, model_for=entry_model) if named else None
@@ -173,27 +233,11 @@ def cmd_export(args) -> int:
     model = create_model(
         args.name, pretrained=weights.state if weights else False, features_only=args.features_only, **overrides
     )
-    with atomic_output(args.output, local) as temporary:
-        if _is_program(args.output):
-            torch.export.save(export_program(model, batch, size_range), temporary)
-        else:
-            metadata = _metadata(args, model, weights)
-            export_onnx(model, temporary, batch, size_range, dynamic=not args.static, metadata=metadata)
-    kind = "backbone" if args.features_only else "classifier"
+    _write(args, model, plan, local, None if _is_program(args.output) else _metadata(args, model, weights))
     described = f"weights {weights.name}" if weights else "RANDOM weights (--random-weights)"
     if weights is None and "." in args.name and not args.features_only:  # the tag gave the head its size
         described += f" with the head of {args.name} ({model.num_classes} classes)"
-    if args.static:
-        height, width = static_shape(model, size_range)  # the shape export_onnx fixes
-        shape = f"static input {batch}x{model.in_chans}x{height}x{width}"
-    else:
-        batches = "batch 1" if batch == 1 else f"batch 1..{batch}"
-        shape = f"{batches}, height and width multiples of {SIZE_MULTIPLE}"
-        if heights == widths:
-            shape += f" in {heights[0]}..{heights[1]}"
-        else:
-            shape += f", height in {heights[0]}..{heights[1]} and width in {widths[0]}..{widths[1]}"
-    print(f"wrote {args.output}: {args.name} {kind}, {described}, {shape} (other heights and widths are refused)")
+    _summary(args, model, plan, described)
     return 0
 
 
@@ -208,7 +252,8 @@ def register(sub) -> None:
     p.add_argument(
         "name",
         help="registered model name, e.g. swin_t, or NAME.TAG (swin_t.ms_in22k): that tag's weights, or with "
-        "--random-weights random ones with the tag's head size (21841 classes for ms_in22k)",
+        "--random-weights random ones with the tag's head size (21841 classes for ms_in22k); or hf-hub:OWNER/NAME, "
+        "local-dir:FOLDER (a timm or transformers repository: its own weights and preprocessing)",
     )
     p.add_argument("output", help="output file: .onnx, or .pt2 for a torch.export program (either case)")
     p.add_argument("--features-only", action="store_true", help="export the multi-scale backbone")

@@ -15,6 +15,7 @@ from swin.export import dynamic_size_range, export_program
 from swin.registry import lookup
 from swin.tools import export_cmd
 from swin.tools.cli import main
+from tests.conftest import transformers_classifier_folder
 
 ARCH = "export_cmd_tiny"
 
@@ -314,3 +315,28 @@ def test_weights_of_another_window_are_refused(checkpoint, tmp_path, capsys):
     err = _refused([arch, str(tmp_path / "m.pt2"), "--weights", str(tmp_path / "w14.pth")], capsys)
     assert f"has window 14 (27x27 bias table) at stage 1 but {arch} has window 7" in err
     assert not (tmp_path / "m.pt2").exists()
+
+
+def test_a_transformers_folder_exports_with_its_weights_and_preprocessing(tmp_path, capsys):
+    """``swin export local-dir:FOLDER`` (or hf-hub:) of a transformers repository: the file computes transformers'
+    logits (onnxruntime against transformers' own model) and carries the folder's preprocessing."""
+
+    import numpy as np
+
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxscript")
+    theirs = transformers_classifier_folder(tmp_path / "model", ["cat", "dog", "cow"])
+    out = tmp_path / "model.onnx"
+    name = f"local-dir:{tmp_path / 'model'}"
+    assert main(["export", name, str(out), "--static", "--max-batch", "2", "--size-range", "224,224"]) == 0
+    assert "its own weights" in capsys.readouterr().out
+    x = np.random.default_rng(0).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    session = ort.InferenceSession(str(out))
+    with torch.no_grad():
+        expected = theirs(torch.from_numpy(x)).logits.numpy()
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x})[0], expected, atol=1e-4)
+    metadata = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    assert (metadata["model"], metadata["crop_mode"], metadata["mean"]) == (name, "squash", "[0.5, 0.5, 0.5]")
+    assert main(["export", name, str(tmp_path / "again.onnx"), "--weights", "ms_in1k"]) != 0
+    assert "names its own weights" in capsys.readouterr().err

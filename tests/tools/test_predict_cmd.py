@@ -12,6 +12,7 @@ from PIL import Image
 
 from swin.tools.cli import main
 from swin.weights.user_weights import class_labels
+from tests.conftest import transformers_classifier_folder
 
 CLASSES = 10
 
@@ -236,17 +237,7 @@ def test_a_transformers_folder_classifies_as_transformers_pipeline_does(tmp_path
     import numpy as np
 
     transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.SwinConfig(
-        embed_dim=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8], num_labels=3, id2label={0: "cat", 1: "dog", 2: "cow"}
-    )
-    model = transformers.SwinForImageClassification(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter), alpha=0.05)
-    model.save_pretrained(tmp_path / "model")
-    processor = {"image_processor_type": "ViTImageProcessor", "resample": 3, "size": 224}
-    (tmp_path / "model" / "preprocessor_config.json").write_text(json.dumps(processor))
+    transformers_classifier_folder(tmp_path / "model", ["cat", "dog", "cow"])
     image = tmp_path / "image.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (300, 400, 3), dtype=np.uint8)).save(image)
 

@@ -15,6 +15,7 @@ from PIL import Image
 import swin
 from swin.registry import lookup
 from swin.tools.cli import main
+from tests.conftest import transformers_classifier_folder
 
 ARCH = "validate_tiny"
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -339,18 +340,8 @@ def test_a_transformers_folder_is_scored_with_its_classes_and_processor(tmp_path
     """``swin validate local-dir:FOLDER`` (or hf-hub:) of a transformers repository: its weights, its class names
     as folder names, its processor. Expected: transformers' own model and PIL processor over the same images."""
     transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
     names = ["cat", "dog", "cow"]
-    config = transformers.SwinConfig(
-        embed_dim=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8], num_labels=3, id2label=dict(enumerate(names))
-    )
-    model = transformers.SwinForImageClassification(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter), alpha=0.05)
-    model.save_pretrained(tmp_path / "model")
-    processor = {"image_processor_type": "ViTImageProcessor", "resample": 3, "size": 224}
-    (tmp_path / "model" / "preprocessor_config.json").write_text(json.dumps(processor))
+    model = transformers_classifier_folder(tmp_path / "model", names)
     images = random_images(12)
     labels = [i % 3 for i in range(12)]
     write_folder(tmp_path / "data", images, labels, names.__getitem__)
