@@ -188,6 +188,8 @@ def _export_described(args) -> int:
     _check_options(args)
     plan = _shape_plan(args, args.name)
     model = create_model(args.name, pretrained=not args.random_weights, features_only=args.features_only)
+    if not args.features_only and not model.num_classes:  # pooled features under the name "logits": refused
+        raise ValueError(f"{args.name} has no classifier head; export its backbone with --features-only")
     metadata: dict[str, Any] = {"model": args.name, "weights": "random" if args.random_weights else args.name}
     if not args.features_only:
         metadata["num_classes"] = model.num_classes

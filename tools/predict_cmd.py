@@ -119,7 +119,13 @@ def _predict_described(args) -> int:
     names = cfg.get("label_names") or class_names(cfg) or [f"class {i}" for i in range(model.num_classes)]
     descriptions = cfg.get("label_descriptions") or {}
     names = [descriptions.get(name, name) for name in names]
-    described = {"model": args.model, "weights": args.model, "file": None, "layout": None}
+    file = cfg.get("file")
+    described = {
+        "model": args.model,
+        "weights": args.model,
+        "file": file and os.fspath(file),
+        "layout": cfg.get("layout"),
+    }
     return _report(args, probabilities, names, config, described)
 
 
@@ -131,7 +137,7 @@ def _report(args, probabilities: torch.Tensor, names: list[str], config, describ
         for p, i in zip(top.values, top.indices, strict=True)
     ]
     if args.format == "json":
-        shown = ("input_size", "resize_size", "crop_pct", "interpolation", "mean", "std")
+        shown = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
         result = {
             "image": os.fspath(args.image),
             **described,

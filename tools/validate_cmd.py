@@ -368,8 +368,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "validate",
         help="top-1/top-5 accuracy on an ImageFolder (ImageNet val layout)",
-        description="Score a pretrained tag (or a local checkpoint) on DIR/<class>/<image>, class folders named by "
-        "WordNet id (n01440764) or class index, with the tag's own evaluation preprocessing.",
+        description="Score a pretrained tag (or a local checkpoint, or a timm or transformers repository named "
+        "hf-hub:OWNER/NAME or local-dir:FOLDER) on DIR/<class>/<image>, class folders named by WordNet id (n01440764), "
+        "class index or the repository's class names, with the weights' own evaluation preprocessing.",
     )
     p.add_argument(
         "name",

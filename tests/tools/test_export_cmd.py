@@ -317,6 +317,9 @@ def test_weights_of_another_window_are_refused(checkpoint, tmp_path, capsys):
     assert not (tmp_path / "m.pt2").exists()
 
 
+SMALL_DIMS = {"embed_dim": 32, "depths": (2, 2, 2, 2), "num_heads": (1, 2, 4, 8)}
+
+
 def test_a_transformers_folder_exports_with_its_weights_and_preprocessing(tmp_path, capsys):
     """``swin export local-dir:FOLDER`` (or hf-hub:) of a transformers repository: the file computes transformers'
     logits (onnxruntime against transformers' own model) and carries the folder's preprocessing."""
@@ -340,3 +343,8 @@ def test_a_transformers_folder_exports_with_its_weights_and_preprocessing(tmp_pa
     assert (metadata["model"], metadata["crop_mode"], metadata["mean"]) == (name, "squash", "[0.5, 0.5, 0.5]")
     assert main(["export", name, str(tmp_path / "again.onnx"), "--weights", "ms_in1k"]) != 0
     assert "names its own weights" in capsys.readouterr().err
+    # a headless model (transformers' SwinModel) is no classifier: its pooled features are no logits
+    swin.save_for_transformers(swin.create_model("swin_t", num_classes=0, **SMALL_DIMS), tmp_path / "trunk")
+    assert main(["export", f"local-dir:{tmp_path / 'trunk'}", str(tmp_path / "trunk.onnx")]) != 0
+    assert "has no classifier head; export its backbone with --features-only" in capsys.readouterr().err
+    assert not (tmp_path / "trunk.onnx").exists()

@@ -243,7 +243,10 @@ def test_a_transformers_folder_classifies_as_transformers_pipeline_does(tmp_path
 
     status, out, _ = predict(capsys, str(image), "--model", f"local-dir:{tmp_path / 'model'}", "--format", "json")
     assert status == 0
-    ours = {row["label"]: row["probability"] for row in json.loads(out)["top"]}
+    result = json.loads(out)
+    assert result["preprocessing"]["crop_mode"] == "squash" and result["layout"] == "transformers"
+    assert result["file"] == str(tmp_path / "model" / "model.safetensors")
+    ours = {row["label"]: row["probability"] for row in result["top"]}
     folder = str(tmp_path / "model")
     pil = transformers.AutoImageProcessor.from_pretrained(folder, backend="pil")  # resizes as PIL does, as ours
     pipeline = transformers.pipeline("image-classification", model=folder, image_processor=pil)
