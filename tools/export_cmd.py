@@ -11,6 +11,7 @@ from ..export import SIZE_MULTIPLE, check_size_ranges, export_onnx, export_progr
 from ..factory import create_model, entry_model
 from ..registry import resolve_name
 from ..weights.user_weights import load_weights, preprocessing_for
+from .described import described_model, is_described
 
 __all__ = ["register", "cmd_export"]
 
@@ -179,17 +180,13 @@ def _export_described(args) -> int:
     transformers'), with its own weights and their preprocessing (or --random-weights)."""
     from ..weights.data_config import data_config
 
-    if args.weights:
-        raise ValueError(
-            f"{args.name} names its own weights: leave --weights out (or pass --random-weights), or name the "
-            "architecture (swin_t, ...) with --weights"
-        )
+    if args.weights:  # before any output check or work
+        described_model(args.name, args.weights, classifier=False)
     _check_output(args.output, [])
     _check_options(args)
     plan = _shape_plan(args, args.name)
-    model = create_model(args.name, pretrained=not args.random_weights, features_only=args.features_only)
-    if not args.features_only and not model.num_classes:  # pooled features under the name "logits": refused
-        raise ValueError(f"{args.name} has no classifier head; export its backbone with --features-only")
+    # a headless one is no classifier: its pooled features would be written as logits
+    model = described_model(args.name, None, classifier=not args.features_only, random=args.random_weights)
     metadata: dict[str, Any] = {"model": args.name, "weights": "random" if args.random_weights else args.name}
     if not args.features_only:
         metadata["num_classes"] = model.num_classes
@@ -202,9 +199,7 @@ def _export_described(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ..weights.hub_model import HUB_PREFIX, LOCAL_PREFIX
-
-    if args.name.startswith((HUB_PREFIX, LOCAL_PREFIX)):
+    if is_described(args.name):
         return _export_described(args)
     named = _weights_named(args)
     if named is None and not args.random_weights:

@@ -14,6 +14,7 @@ from ..registry import resolve_name
 from ..weights import manifest
 from ..weights.user_weights import class_labels, locate_weights, preprocessing_for, read_weights
 from .argtypes import whole_number
+from .described import described_model, is_described
 from .images import check_resized_size, read_image
 
 __all__ = ["check_window", "cmd_predict", "register"]
@@ -97,19 +98,11 @@ def _fitting_architectures(config, rows: dict[int, int]) -> list[str]:
 def _predict_described(args) -> int:
     """``--model hf-hub:REPO`` or ``local-dir:FOLDER``: the model, head, classes and preprocessing its
     ``config.json`` describes (timm's or transformers'), with its own weights."""
-    from ..factory import create_model
     from ..weights.data_config import class_names, create_transform, data_config
 
-    if args.weights:
-        raise ValueError(
-            f"--model {args.model} names its own weights: leave --weights out, or give --model the architecture "
-            "(swin_t, ...) with --weights"
-        )
     if os.path.isdir(args.image) or not os.path.exists(args.image):
         read_image(args.image, " (swin validate scores a folder)")  # named before the weights are fetched
-    model = create_model(args.model, pretrained=True).eval()
-    if not model.num_classes:
-        raise ValueError(f"{args.model} describes a model without a classifier head: it cannot classify")
+    model = described_model(args.model, args.weights, classifier=True)
     image = read_image(args.image, " (swin validate scores a folder)")
     config = data_config(model)
     check_resized_size(image, config, args.image)
@@ -156,9 +149,8 @@ def _report(args, probabilities: torch.Tensor, names: list[str], config, describ
 def cmd_predict(args) -> int:
     from ..factory import create_model
     from ..weights.data_config import create_transform, data_config
-    from ..weights.hub_model import HUB_PREFIX, LOCAL_PREFIX
 
-    if args.model.startswith((HUB_PREFIX, LOCAL_PREFIX)):
+    if is_described(args.model):
         return _predict_described(args)
     arch, _, tag = args.model.partition(".")
     arch = resolve_name(arch)

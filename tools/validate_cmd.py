@@ -20,9 +20,9 @@ from torch.utils.data import DataLoader, Dataset
 from ..factory import create_model
 from ..registry import resolve_name
 from ..weights import UnsafeCheckpointError, create_transform, data_config, get_entry, load_checkpoint
-from ..weights.hub_model import HUB_PREFIX, LOCAL_PREFIX
 from ..weights.user_weights import preprocessing_for
 from .argtypes import whole_number
+from .described import described_model, is_described
 from .predict_cmd import check_window
 
 __all__ = [
@@ -220,15 +220,9 @@ def evaluate(
 
 def _load(name: str, checkpoint: str | None) -> tuple[nn.Module, dict[str, Any], Any]:
     """The model in eval mode, its evaluation preprocessing, and its manifest entry (if it has one)."""
-    if name.startswith((HUB_PREFIX, LOCAL_PREFIX)):  # a timm or transformers repository: its own weights
-        if checkpoint is not None:
-            raise ValueError(
-                f"{name} names its own weights: leave --weights out, or name the architecture (swin_t, ...) with it"
-            )
-        model = create_model(name, pretrained=True)
-        if not model.num_classes:
-            raise ValueError(f"{name} describes a model without a classifier head: nothing to score")
-        return model.eval(), data_config(model), None
+    if is_described(name):  # a timm or transformers repository: its own weights
+        model = described_model(name, checkpoint, classifier=True)
+        return model, data_config(model), None
     arch, _, tag = name.partition(".")
     arch = resolve_name(arch)
     if checkpoint is None:
@@ -298,9 +292,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     n = counts["num_images"]
     result: dict[str, Any] = {
-        "model": args.name
-        if args.name.startswith((HUB_PREFIX, LOCAL_PREFIX))
-        else resolve_name(args.name.partition(".")[0]),
+        "model": args.name if is_described(args.name) else resolve_name(args.name.partition(".")[0]),
         "tag": entry.tag if entry else None,
         "checkpoint": args.weights,
         "weights": getattr(model, "pretrained_cfg", {}).get("file"),

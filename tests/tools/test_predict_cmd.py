@@ -258,3 +258,21 @@ def test_a_transformers_folder_classifies_as_transformers_pipeline_does(tmp_path
     assert status and "names its own weights: leave --weights out" in err
     status, _, err = predict(capsys, str(tmp_path / "missing.png"), "--model", f"local-dir:{tmp_path / 'nowhere'}")
     assert status and "missing.png" in err  # the image is named before the folder is read
+
+
+def test_a_repository_name_that_cannot_classify_says_what_the_commands_take(tmp_path, capsys):
+    """The description's errors in the commands' words: options, not the Python API's arguments."""
+    import swin
+
+    dims = {"embed_dim": 32, "depths": (2, 2, 2, 2), "num_heads": (1, 2, 4, 8)}
+    image = tmp_path / "image.png"
+    Image.new("RGB", (64, 64)).save(image)
+    swin.save_for_transformers(swin.create_model("swin_t", features_only=True, **dims), tmp_path / "backbone")
+    status, _, err = predict(capsys, image, "--model", f"local-dir:{tmp_path / 'backbone'}")
+    assert status and "it cannot classify; swin export NAME OUT --features-only exports it" in err
+    swin.save_for_transformers(swin.create_model("swin_t", **dims), tmp_path / "classifier")
+    (tmp_path / "classifier" / "model.safetensors").unlink()
+    status, _, err = predict(capsys, image, "--model", f"local-dir:{tmp_path / 'classifier'}")
+    assert status and "swin export NAME OUT --random-weights exports the described model" in err
+    status, _, err = predict(capsys, image, "--model", f"local-dir:{tmp_path}")  # a folder, no config.json
+    assert status and "a checkpoint file goes with its architecture's name (swin_t, ...) and --weights FILE" in err
