@@ -21,7 +21,7 @@ from ..registry.params import count_parameters
 from . import hub
 from .data_config import check_preprocessing
 from .download import DownloadError
-from .export_layout import stage_size_problem
+from .export_checks import stage_size_problem
 from .size_limits import MAX_CHECKPOINT_BYTES_ENV, format_bytes, max_checkpoint_bytes
 from .transformers_config import MODEL_TYPES, transformers_description
 
