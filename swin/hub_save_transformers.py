@@ -24,7 +24,7 @@ from .atomic import atomic_output
 from .backbone import SwinBackbone
 from .model import SwinTransformer
 from .weights.hub_model import LOCAL_WEIGHT_FILES
-from .weights.transformers_config import RESAMPLE
+from .weights.transformers_processor import RESAMPLE
 
 __all__ = ["save_for_transformers"]
 
