@@ -4,9 +4,11 @@ holds its weights (``model.safetensors``, else ``pytorch_model.bin``), in timm's
 
 ``create_model("hf-hub:timm/swin_tiny_patch4_window7_224.ms_in1k", pretrained=True)`` reads the same repository
 timm reads: the architecture by its timm name, the head and preprocessing from the config, and, asked for, the
-weights (converted from timm's layout and checked as every checkpoint is). The description is checked before
-any weights are fetched: a repository of another architecture, or one whose values no model or transform can
-take, costs one small download and gives an error naming the repository and the entry.
+weights (converted from timm's layout and checked as every checkpoint is). A transformers Swin repository
+(``config.json`` of model_type swin or swinv2, as microsoft's) is read too, through
+:mod:`swin.weights.transformers_config`. The description is checked before any weights are fetched: a
+repository of another architecture, or one whose values no model or transform can take, costs one small download
+and gives an error naming the repository and the entry.
 """
 
 from __future__ import annotations
@@ -121,8 +123,8 @@ def local_model(folder: str) -> HubModel:
         raise FileNotFoundError(f"{origin}: {what}; local-dir: names a folder holding config.json and weights")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
-            f"{origin}: the folder holds no config.json (a model description, as swin.save_for_hf or timm's "
-            "save_for_hf write); load a checkpoint file with pretrained=PATH instead"
+            f"{origin}: the folder holds no config.json (a model description, as swin.save_for_hf, timm's "
+            "save_for_hf and swin.save_for_transformers write); load a checkpoint file with pretrained=PATH instead"
         )
     config = _read_config(path / "config.json", origin)
     source = {"hf_hub_id": None, "source": "local-dir"}
