@@ -474,8 +474,31 @@ def _refuse_img_size(args) -> None:
     )
 
 
+def _described(args):
+    """The model an ``hf-hub:`` / ``local-dir:`` name describes (a timm or transformers repository), built on the
+    meta device: its description only, no weights fetched."""
+    import torch
+
+    from ..factory import create_model
+
+    if args.window is not None or args.semantics != "classification" or args.measure_time is not None:
+        raise ValueError(
+            f"{args.name} is counted as its repository describes it: --window, --semantics and --measure-time take a "
+            "registered name (swin_t, ...)"
+        )
+    with torch.device("meta"):
+        return create_model(args.name)
+
+
 def cmd_flops(args) -> int:
-    name = resolve_name(args.name)
+    from .described import is_described
+
+    described = is_described(args.name)
+    try:
+        name = _described(args) if described else resolve_name(args.name)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"swin flops: {error}", file=sys.stderr)
+        return 2
     measure = not args.no_measure
     try:
         if args.measure_time is not None:  # time per stage beside MACs per stage: tools/stage_time.py
@@ -488,6 +511,8 @@ def cmd_flops(args) -> int:
             plot_format(args.plot)  # before the sweep, which takes a while
         if args.sweep or args.plot:
             reports = sweep(name, args.sweep or list(DEFAULT_SWEEP), args.window, args.semantics, measure)
+            for report in reports if described else []:
+                report["model"] = args.name
             if args.plot:
                 plot_sweep(reports, args.plot, args.flops, args.dpi)
             print(render_sweep(reports, args.format, args.flops))
@@ -495,6 +520,8 @@ def cmd_flops(args) -> int:
                 print(f"wrote {args.plot}", file=sys.stderr)
         else:
             reports = [flops(name, args.img_size, args.window, semantics=args.semantics, measure=measure)]
+            if described:  # the repository's name, not the registered one its description starts from
+                reports[0]["model"] = args.name
             print(render(reports[0], args.format, args.flops))
     except (ValueError, TypeError, ImportError) as error:
         print(f"swin flops: {error}", file=sys.stderr)
@@ -521,7 +548,11 @@ def register(sub) -> None:
             f"a gap over {TOLERANCE:.0%} exits with status 1."
         ),
     )
-    p.add_argument("name", help="registered name or timm alias, e.g. swin_t")
+    p.add_argument(
+        "name",
+        help="registered name or timm alias, e.g. swin_t; or hf-hub:OWNER/NAME, local-dir:FOLDER (a timm or "
+        "transformers repository, as it describes the model; nothing but its config is read)",
+    )
     p.add_argument("--img-size", type=_size, default=None, metavar="H[,W]", help="input size (default: native)")
     p.add_argument(
         "--window", type=_window, default=None, metavar="M", help=f"build with window_size=M (1..{MAX_WINDOW})"

@@ -356,3 +356,18 @@ def test_window_has_an_upper_bound(capsys, window):
 def test_window_at_the_bound_runs(capsys):
     code, out, _ = run(capsys, "swin_t", "--window", "1024", "--no-measure", "--format", "json")
     assert code == 0 and json.loads(out)["window_size"] == 1024
+
+
+def test_a_transformers_repository_is_counted_as_it_describes_the_model(tmp_path, capsys):
+    """transformers' default SwinConfig is swin_t's architecture: its folder counts the published 4.494 GMACs
+    (the official flops() of swin_t), read from its config alone (no weights in the folder)."""
+    import json
+
+    transformers = pytest.importorskip("transformers")
+    transformers.SwinConfig(num_labels=1000).save_pretrained(tmp_path)
+    name = f"local-dir:{tmp_path}"
+    assert main(["flops", name, "--format", "json", "--no-measure"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == name and round(report["macs"]["analytic"] / 1e9, 3) == 4.494  # the paper's 4.5 G
+    assert main(["flops", name, "--window", "12"]) == 2
+    assert "--window, --semantics and --measure-time take a registered name" in capsys.readouterr().err
