@@ -551,7 +551,7 @@ def register(sub) -> None:
     p.add_argument(
         "name",
         help="registered name or timm alias, e.g. swin_t; or hf-hub:OWNER/NAME, local-dir:FOLDER (a timm or "
-        "transformers repository, as it describes the model; nothing but its config is read)",
+        "transformers repository, as it describes the model: its description files are read, no weights)",
     )
     p.add_argument("--img-size", type=_size, default=None, metavar="H[,W]", help="input size (default: native)")
     p.add_argument(
