@@ -95,15 +95,24 @@ def _fitting_architectures(config, rows: dict[int, int]) -> list[str]:
     return fitting
 
 
+_FOLDER_HINT = " (swin validate scores a folder)"
+
+
+def _name_a_missing_image(path) -> None:
+    """A missing image or a folder is named before any weights are fetched (a typo must not wait for a
+    download): read_image's "no such image file" or folder error."""
+    if os.path.isdir(path) or not os.path.exists(path):
+        read_image(path, _FOLDER_HINT)
+
+
 def _predict_described(args) -> int:
     """``--model hf-hub:REPO`` or ``local-dir:FOLDER``: the model, head, classes and preprocessing its
     ``config.json`` describes (timm's or transformers'), with its own weights."""
     from ..weights.data_config import class_names, create_transform, data_config
 
-    if os.path.isdir(args.image) or not os.path.exists(args.image):
-        read_image(args.image, " (swin validate scores a folder)")  # named before the weights are fetched
+    _name_a_missing_image(args.image)
     model = described_model(args.model, args.weights, classifier=True)
-    image = read_image(args.image, " (swin validate scores a folder)")
+    image = read_image(args.image, _FOLDER_HINT)
     config = data_config(model)
     check_resized_size(image, config, args.image)
     with torch.inference_mode():
@@ -158,12 +167,11 @@ def cmd_predict(args) -> int:
     # A missing image is named before any weights are fetched (a typo must not wait for a download); the
     # weights are located (fetched if need be) before the image is read, and read after it: a bad image costs
     # no checkpoint read.
-    if os.path.isdir(args.image) or not os.path.exists(args.image):
-        read_image(args.image, " (swin validate scores a folder)")  # its "no such image file" or folder error
+    _name_a_missing_image(args.image)
     located = locate_weights(
         arch, args.weights if args.weights else (named.tag if named else True), model_for=entry_model
     )
-    image = read_image(args.image, " (swin validate scores a folder)")
+    image = read_image(args.image, _FOLDER_HINT)
     weights = read_weights(*located)
     num_classes = weights.num_classes
     if num_classes is None:
