@@ -8,10 +8,12 @@ bf16-rounded scores of the matmul path). What it gains: docs/PERFORMANCE.md; ``S
 it off (for comparison, or to rule it out).
 
 How it is built: on first use, with the C++ compiler ``torch.compile`` uses on CPU (``$CXX``, else ``c++``),
-into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``), named by a hash of
-the source, the flags and the compiler's version; written under a temporary name and renamed, so that a
-killed build or two processes building at once never leave a half-written library (a cache that cannot be
-written: a private directory for the process, removed at exit). It has no torch headers
+into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``$XDG_CACHE_HOME/torch_extensions``, else
+``~/.cache/torch_extensions``; a ``swin`` folder there), named by a hash of the source, the flags and the
+compiler's version; written under a temporary name and renamed, so that a killed build or two processes building
+at once never leave a half-written library (a killed build's folder is removed by a later build; a cache that
+cannot be written, or whose libraries do not load, as on a noexec mount: a private directory for the process,
+removed at exit). It has no torch headers
 (a few seconds to build) and is loaded with ctypes; its OpenMP threads are torch's own pool (the libgomp
 torch loaded). Where it cannot be built (no compiler, one too old for AVX512-BF16) a warning says so once,
 and attention keeps the matmul path.
@@ -44,8 +46,8 @@ import torch
 
 __all__ = ["ENABLED", "available", "supports", "window_attention"]
 
-# False: never used (SWIN_FUSED_ATTENTION=0 in the environment sets it).
-ENABLED: bool = os.environ.get("SWIN_FUSED_ATTENTION", "") != "0"
+# False: never used (SWIN_FUSED_ATTENTION=0, or false / off / no, in the environment sets it).
+ENABLED: bool = os.environ.get("SWIN_FUSED_ATTENTION", "").strip().lower() not in ("0", "false", "off", "no")
 
 _FLAGS = (
     "-O3",
@@ -61,6 +63,8 @@ _FLAGS = (
     "-shared",
 )
 _SYMBOL = "swin_window_attention_bf16"
+_COMPILE_TIMEOUT_S = 600
+_ABANDONED_S = 2 * _COMPILE_TIMEOUT_S  # a .build- folder older than this was left by a killed process
 _MAX_TOKENS = 256
 _LOG = logging.getLogger("swin")
 
@@ -90,8 +94,9 @@ def _compiler() -> list[str]:
     return shlex.split(os.environ.get("CXX", "")) or ["c++"]
 
 
-def _build(rebuild: bool = False) -> str:
-    """The library's path, built if this source, flags and compiler have not built it before (or ``rebuild``)."""
+def _build(private: bool = False) -> str:
+    """The library's path, built if this source, flags and compiler have not built it before; ``private``: built
+    into a directory of this process's own (removed at exit), also where the cache cannot be written."""
     source = resources.files(__package__).joinpath("window_attention.cpp").read_bytes()
     compiler = _compiler()
     try:
@@ -100,17 +105,17 @@ def _build(rebuild: bool = False) -> str:
         raise RuntimeError(f"no working C++ compiler {' '.join(compiler)!r} ({error}); set CXX to one") from error
     key = hashlib.sha256(source + " ".join(_FLAGS).encode() + version).hexdigest()[:16]
     name = f"window_attention_{key}.so"
-    path = os.path.join(_cache_dir(), name)
-    if os.path.isfile(path) and not rebuild and _intact(path):
-        return path
-    try:
-        return _compile(compiler, source, path)
-    except OSError as error:  # the cache cannot be written: a private directory, for this process
-        scratch = tempfile.mkdtemp(prefix="swin-kernel-")
-        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-        private = os.path.join(scratch, name)
-        _LOG.warning("swin: cannot write the kernel cache (%s); building into %s", error, private)
-        return _compile(compiler, source, private)
+    if not private:
+        path = os.path.join(_cache_dir(), name)
+        if os.path.isfile(path) and _intact(path):
+            return path
+        try:
+            return _compile(compiler, source, path)
+        except OSError as error:  # the cache cannot be written: a private directory, for this process
+            _LOG.warning("swin: cannot write the kernel cache (%s); building into a private directory", error)
+    scratch = tempfile.mkdtemp(prefix="swin-kernel-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return _compile(compiler, source, os.path.join(scratch, name))
 
 
 def _compile(compiler: list[str], source: bytes, path: str) -> str:
@@ -122,7 +127,9 @@ def _compile(compiler: list[str], source: bytes, path: str) -> str:
         with open(src, "wb") as f:
             f.write(source)
         out = os.path.join(work, "window_attention.so")
-        run = subprocess.run([*compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True, timeout=600)
+        run = subprocess.run(
+            [*compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S
+        )
         if run.returncode:
             tail = " ".join(run.stderr.strip().splitlines()[-3:])
             raise RuntimeError(f"{' '.join(compiler)} failed: {tail}")
@@ -142,6 +149,11 @@ def _compile(compiler: list[str], source: bytes, path: str) -> str:
         if old not in (path, path + _DIGEST):
             with contextlib.suppress(OSError):
                 os.remove(old)  # a process that has it loaded keeps its mapping
+    # build folders of processes killed while building (a live build is younger than its compiler's timeout)
+    for work in glob.glob(os.path.join(directory, ".build-*")):
+        with contextlib.suppress(OSError):
+            if time.time() - os.path.getmtime(work) > _ABANDONED_S:
+                shutil.rmtree(work)
     _LOG.info("swin: built the fused window-attention kernel in %.1f s: %s", time.perf_counter() - start, path)
     return path
 
@@ -166,14 +178,19 @@ def _intact(path: str) -> bool:
 
 
 def _load() -> ctypes._CFuncPtr:
-    """The kernel's function, built if needed; a cached library that does not load or lacks it (damaged, or
-    another file at its name) is built again once."""
+    """The kernel's function, built if needed. A library from the cache that does not load (its directory
+    mounted noexec, a file placed at its name) is built again into a private directory for this process; one
+    that does not load there either is a RuntimeError."""
     path = _build()
     try:
         return getattr(ctypes.CDLL(path), _SYMBOL)
-    except (OSError, AttributeError):
-        _LOG.warning("swin: the cached fused-attention kernel %s does not load; building it again", path)
-        return getattr(ctypes.CDLL(_build(rebuild=True)), _SYMBOL)
+    except (OSError, AttributeError) as error:
+        _LOG.warning("swin: the fused-attention kernel %s does not load (%s); building a private copy", path, error)
+    path = _build(private=True)
+    try:
+        return getattr(ctypes.CDLL(path), _SYMBOL)
+    except (OSError, AttributeError) as error:
+        raise RuntimeError(f"it was built but does not load ({error})") from error
 
 
 def available() -> bool:
@@ -191,7 +208,7 @@ def available() -> bool:
             except (OSError, RuntimeError, AttributeError, subprocess.SubprocessError) as error:
                 _failed = str(error)
                 warnings.warn(
-                    f"swin: the fused bf16 window-attention kernel could not be built ({_failed}); attention "
+                    f"swin: the fused bf16 window-attention kernel could not be built or loaded ({_failed}); attention "
                     "runs as two matmuls and a softmax instead (slower). Set SWIN_FUSED_ATTENTION=0 to silence "
                     "this.",
                     stacklevel=3,

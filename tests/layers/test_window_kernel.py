@@ -7,9 +7,11 @@ Tests that run the kernel are skipped on a CPU without AVX512-BF16 (there the ke
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -349,3 +351,62 @@ def test_named_in_a_profile():
     with torch.profiler.profile() as profile:
         window_kernel.window_attention(q, k, v, torch.zeros(2, 49, 49), None, 1.0)
     assert "swin::window_attention" in {event.key for event in profile.key_averages()}
+
+
+@needs_kernel
+def test_a_cache_whose_libraries_do_not_load_builds_a_private_copy(monkeypatch, tmp_path):
+    """A cache on a noexec mount holds a library that builds and hashes right but does not load ("failed to map
+    segment from shared object"): it was built twice into the cache, then given up with a warning that it could
+    not be built, in every process. Now: one private build, which loads; a cached library goes straight there."""
+    cache = tmp_path / "cache"
+    real_cdll = ctypes.CDLL
+
+    def noexec(path, *args, **kwargs):
+        if str(path).startswith(str(cache)):
+            raise OSError(f"{path}: failed to map segment from shared object")
+        return real_cdll(path, *args, **kwargs)
+
+    monkeypatch.setattr(window_kernel.ctypes, "CDLL", noexec)
+    real_compile = window_kernel._compile
+    for cached in (False, True):
+        _fresh_state(monkeypatch, cache)
+        built = []
+        monkeypatch.setattr(window_kernel, "_compile", lambda *a, built=built: built.append(a[-1]) or real_compile(*a))
+        assert window_kernel.available()
+        assert len(built) == (1 if cached else 2) and not built[-1].startswith(str(cache))
+
+
+def test_a_library_that_loads_nowhere_is_named_in_the_warning(monkeypatch, tmp_path):
+    _fresh_state(monkeypatch, tmp_path)
+    monkeypatch.setattr(window_kernel, "_build", lambda private=False: str(tmp_path / f"lib{private}.so"))
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(f"{path}: failed to map segment from shared object")
+
+    monkeypatch.setattr(window_kernel.ctypes, "CDLL", refuse)
+    with pytest.warns(
+        UserWarning, match=r"could not be built or loaded \(it was built but does not load .*failed to map"
+    ):
+        assert not window_kernel.available()
+
+
+@needs_kernel
+def test_a_killed_builds_folder_is_removed_by_a_later_build(monkeypatch, tmp_path):
+    """A process killed while compiling left its .build- folder (with a library in it) for good."""
+    _fresh_state(monkeypatch, tmp_path)
+    old, live = tmp_path / "swin" / ".build-old", tmp_path / "swin" / ".build-live"
+    for folder in (old, live):
+        folder.mkdir(parents=True)
+        (folder / "window_attention.so").write_bytes(b"half")
+    hours_ago = time.time() - 3 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    window_kernel._build()
+    assert not old.exists() and live.exists()  # another process's build in progress is left alone
+
+
+def test_switched_off_by_the_usual_spellings():
+    """SWIN_FUSED_ATTENTION=off (or false, no) left the kernel on: only '0' was read."""
+    script = "from swin.layers import window_kernel as k; print(k.ENABLED)"
+    env = {**os.environ, "SWIN_FUSED_ATTENTION": "Off"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.stdout.split() == ["False"], result.stderr[-2000:]
