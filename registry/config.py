@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import typing
 from dataclasses import dataclass, field
@@ -135,13 +136,24 @@ class SwinConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            message = f"unknown config field(s) {unknown}; valid fields are {sorted(known - {'aliases'})}"
+            fields = sorted(known - {"aliases"})
+            guesses = {
+                name: _OTHER_LIBRARIES.get(name)
+                or ", ".join(difflib.get_close_matches(name, [*fields, *_BACKBONE_OPTIONS], 1))
+                for name in unknown
+                if name not in _BACKBONE_OPTIONS
+            }
+            hints = [f"{name}: {guess}?" for name, guess in guesses.items() if guess]
+            message = f"unknown config field(s) {unknown}" + (f" (did you mean {'; '.join(hints)})" if hints else "")
+            message += f"; valid fields are {fields}"
             backbone = [name for name in unknown if name in _BACKBONE_OPTIONS]
             if backbone:
                 message += (
                     f"; {backbone} are options of the features_only backbone, not config fields: "
                     f"create_model(name, features_only=True, {backbone[0]}=...)"
                 )
+            else:
+                message += f", and with features_only=True the backbone's options {list(_BACKBONE_OPTIONS)}"
             raise TypeError(message)
         return dataclasses.replace(self, **overrides)
 
@@ -191,6 +203,15 @@ class SwinConfig:
 
 # SwinBackbone's own arguments, which create_model(features_only=True) routes to it rather than to the config.
 _BACKBONE_OPTIONS = ("frozen_stages", "norm_eval", "out_indices")
+# Other libraries' names for what a field or a backbone option does here.
+_OTHER_LIBRARIES = {
+    "trainable_layers": "frozen_stages (torchvision's trainable_layers=k trains the last k of its 5 parts; "
+    "frozen_stages=n freezes the patch embedding and stages 0..n-1)",
+    "trainable_backbone_layers": "frozen_stages (see trainable_layers)",
+    "drop_path": "drop_path_rate",
+    "stochastic_depth_prob": "drop_path_rate (torchvision's name)",
+    "patch_norm_layer": "patch_norm",
+}
 
 
 def _hint(name: str) -> typing.Any:

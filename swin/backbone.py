@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -20,11 +21,12 @@ def stage_indices(out_indices: Sequence[int] | int, num_stages: int) -> tuple[in
     """``out_indices`` as timm reads them, in stage order (the order the maps come out in, and so of
     ``out_channels``, ``strides`` and ``feature_info``): distinct stage indices, negative ones counted from the
     last stage, or an int ``n`` for the last ``n`` stages."""
-    if isinstance(out_indices, int) and not isinstance(out_indices, bool):
+    if _integer(out_indices) is not None and getattr(out_indices, "ndim", 0) == 0:
+        out_indices = _integer(out_indices)
         if not 1 <= out_indices <= num_stages:
             raise ValueError(f"out_indices={out_indices}: an int takes the last n stages, n in 1..{num_stages}")
         return tuple(range(num_stages - out_indices, num_stages))
-    given = tuple(out_indices)
+    given = tuple(i if _integer(i) is None else _integer(i) for i in out_indices)  # numpy's and torch's ints too
     bad = [i for i in given if isinstance(i, bool) or not isinstance(i, int) or not -num_stages <= i < num_stages]
     stages = sorted({i % num_stages for i in given if i not in bad})
     if bad or not given or len(stages) != len(given):
@@ -33,6 +35,16 @@ def stage_indices(out_indices: Sequence[int] | int, num_stages: int) -> tuple[in
             f"or an int n for the last n stages; got {given}"
         )
     return tuple(stages)
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an int where it is an integer (Python's, numpy's, a one-element integer tensor), not a bool."""
+    if isinstance(value, bool) or getattr(value, "dtype", None) == torch.bool:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 class SwinBackbone(SwinTrunk):
@@ -67,8 +79,13 @@ class SwinBackbone(SwinTrunk):
         config = config.replace(**overrides) if overrides else config
         num_stages = len(config.depths)
         out_indices = stage_indices(out_indices, num_stages)
+        if _integer(frozen_stages) is None:
+            raise TypeError(f"frozen_stages must be an int in -1..{num_stages}, got {frozen_stages!r}")
+        frozen_stages = _integer(frozen_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f"frozen_stages must be in -1..{num_stages}, got {frozen_stages}")
+        if not isinstance(norm_eval, bool):
+            raise TypeError(f"norm_eval must be True or False, got {norm_eval!r}")
         if config.drop_rate:
             warnings.warn(
                 f"drop_rate={config.drop_rate} is the dropout before the classifier head (timm's meaning) and a "

@@ -109,6 +109,16 @@ def _hf_config(model: nn.Module, kind: str, transformers: Any) -> Any:
     """transformers' configuration of ``model``: every field of its architecture, the class to build, labels."""
     config = model.config
     stages = model.num_layers  # a backbone builds the stages up to the last one it outputs
+    if config.proj_drop_rate or config.pos_drop_rate or config.attn_drop_rate:
+        warnings.warn(
+            f"the model's dropout (pos_drop_rate={config.pos_drop_rate}, proj_drop_rate={config.proj_drop_rate}, "
+            f"attn_drop_rate={config.attn_drop_rate}) is saved as hidden_dropout_prob={config.proj_drop_rate}, "
+            f"attention_probs_dropout_prob={config.attn_drop_rate}; transformers places its dropouts otherwise "
+            "(after the embeddings and the MLP's output, none between its layers), so training it there drops "
+            "differently (eval outputs are the same)",
+            UserWarning,
+            stacklevel=3,
+        )
     height, width = config.img_size
     args = {
         "image_size": height if height == width else [height, width],

@@ -178,12 +178,14 @@ def _assemble(
 
 
 def _load(model: nn.Module, checkpoint: Mapping | str | os.PathLike) -> None:
-    """Load a whole UperNet's weights (transformers' keys or ours) strictly, or say what does not fit."""
-    if isinstance(checkpoint, (str, os.PathLike)):
-        from .weights import load_file
+    """Load a whole UperNet's weights (transformers' keys or ours) strictly, or say what does not fit; a
+    training checkpoint's EMA weights first (``state_dict_ema``, ``state_dict``, ``model``, ``module.``, as
+    ``create_model``'s ``checkpoint_path=`` reads them)."""
+    from .weights import load_file, unwrap
 
+    if isinstance(checkpoint, (str, os.PathLike)):
         checkpoint = load_file(checkpoint)
-    state = convert_upernet(checkpoint)
+    state = convert_upernet(unwrap(checkpoint, whole_model=True))
     own = model.state_dict()
     # stages after the last one the backbone outputs are not built (out_features ending early): theirs go
     body = "backbone.body."
@@ -268,7 +270,8 @@ def upernet(
         num_labels: classes of the segmentation (or give ``id2label``).
         pretrained: backbone weights, as ``swin.create_model(pretrained=...)`` (a tag, path, URL or state dict).
         checkpoint: a whole UperNet's state dict (or a file of one), in transformers' keys (``backbone.swin.*``,
-            as a Swin UperNet of the Hugging Face hub) or ours (``backbone.body.*``); loaded strictly.
+            as a Swin UperNet of the Hugging Face hub) or ours (``backbone.body.*``), or a training checkpoint
+            holding one (its EMA weights first, as ``create_model``'s ``checkpoint_path=``); loaded strictly.
         out_indices: the backbone stages the head reads (0..3).
         hidden_size: the head's width (UperNet's ``channels``: 512 in mmsegmentation's Swin configs).
         use_auxiliary_head: add the FCN head on stage 3 (index 2, which ``out_indices`` must then include)
@@ -419,6 +422,7 @@ def _weights_in(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
 def _backbone_from(described: Any) -> SwinBackbone:
     """Our backbone for a transformers ``SwinConfig`` (detection semantics: what its ``SwinBackbone`` runs)."""
     from .factory import create_model
+    from .weights.transformers_config import dropout_fields
 
     kind = getattr(described, "model_type", None)
     if kind != "swin":
@@ -434,12 +438,18 @@ def _backbone_from(described: Any) -> SwinBackbone:
     for name, (value, needed) in unsupported.items():
         if value != needed:
             raise ValueError(f"backbone_config.{name}={value!r}: only {needed!r} is converted exactly")
+    stages = [name for name in described.out_features if name != "stem"]
+    if len(stages) != len(described.out_features):
+        raise ValueError(
+            f"backbone_config.out_features={list(described.out_features)} includes 'stem' (the patch embedding's "
+            "output), which this package's backbone does not return: only stage1..stage4 convert"
+        )
     image_size = described.image_size
     image_size = tuple(image_size) if isinstance(image_size, (list, tuple)) else (image_size, image_size)
     return create_model(
         "swin_t",
         features_only=True,
-        out_indices=[described.stage_names.index(name) - 1 for name in described.out_features],
+        out_indices=[described.stage_names.index(name) - 1 for name in stages],
         semantics="detection",
         embed_dim=described.embed_dim,
         depths=tuple(described.depths),
@@ -450,8 +460,8 @@ def _backbone_from(described: Any) -> SwinBackbone:
         in_chans=described.num_channels,
         mlp_ratio=float(described.mlp_ratio),
         qkv_bias=described.qkv_bias,
-        pos_drop_rate=described.hidden_dropout_prob,
-        proj_drop_rate=described.hidden_dropout_prob,
-        attn_drop_rate=described.attention_probs_dropout_prob,
+        **dropout_fields(
+            described.hidden_dropout_prob, described.attention_probs_dropout_prob, "the UperNet's backbone_config"
+        ),
         drop_path_rate=described.drop_path_rate,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -169,6 +170,31 @@ def test_bad_input(backbone, make, error, pattern):
 def test_bad_out_indices(out_indices):
     with pytest.raises(ValueError, match="out_indices must be distinct stage indices in 0..3"):
         swin.create_model("swin_t", features_only=True, out_indices=out_indices)
+
+
+@pytest.mark.parametrize(
+    "out_indices, channels",
+    [(np.array([1, 3]), [192, 768]), (torch.tensor([1, 3]), [192, 768]), (np.int64(2), [384, 768])],
+    ids=["numpy", "tensor", "numpy_int"],
+)
+def test_out_indices_of_numpy_and_torch_integers(out_indices, channels):
+    """Indices computed with numpy or torch select stages as ints do (they were refused as not stage indices)."""
+    model = swin.create_model("swin_t", features_only=True, out_indices=out_indices, depths=(1, 1, 1, 1))
+    assert model.out_channels == channels and all(type(i) is int for i in model.out_indices)
+
+
+@pytest.mark.parametrize(
+    "option, pattern",
+    [
+        ({"frozen_stages": 1.5}, r"frozen_stages must be an int in -1..4, got 1.5"),
+        ({"frozen_stages": True}, r"frozen_stages must be an int"),
+        ({"norm_eval": "yes"}, r"norm_eval must be True or False, got 'yes'"),
+    ],
+)
+def test_backbone_options_of_the_wrong_type_name_it(option, pattern):
+    """1.5 failed inside range() with Python's own message; 'yes' was taken as true."""
+    with pytest.raises(TypeError, match=pattern):
+        swin.create_model("swin_t", features_only=True, depths=(1, 1, 1, 1), **option)
 
 
 def test_out_indices_without_features_only_is_an_error():

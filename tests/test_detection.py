@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -34,6 +36,26 @@ def test_faster_rcnn_trains_and_predicts():
     with torch.no_grad():
         predictions = detector(images)
     assert len(predictions) == 2 and predictions[0]["boxes"].shape[-1] == 4
+
+
+@pytest.mark.parametrize("part", ["detector", "backbone_with_fpn"])
+def test_a_torchvision_detector_checkpoint_gives_its_trunk(part):
+    """A torchvision detector around swin.detection_backbone keeps the trunk under backbone.body. (its
+    BackboneWithFPN alone: body.): pretrained= takes the trunk from there, as it takes mmdetection's from under
+    backbone. (every trunk key was reported missing), and says which keys it left."""
+    from torchvision.models.detection import FasterRCNN
+
+    tiny = {"embed_dim": 16, "depths": (1, 1, 1, 1), "num_heads": (1, 2, 4, 8)}
+    torch.manual_seed(0)
+    detector = FasterRCNN(swin.detection_backbone("swin_t", **tiny), num_classes=3)
+    state = detector.state_dict() if part == "detector" else detector.backbone.state_dict()
+    left = "fpn.*" if part == "backbone_with_fpn" else "roi_heads.*"
+    with pytest.warns(UserWarning, match=rf"dropped \d+ key\(s\) the model does not use: .*{re.escape(left)}"):
+        again = swin.detection_backbone("swin_t", pretrained=state, **tiny)
+    expected = detector.backbone.body.state_dict()
+    got = again.body.state_dict()
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
 
 
 def test_retinanet_with_p6_p7_as_torchvision_builds_it():

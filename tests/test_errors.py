@@ -67,8 +67,11 @@ def _small_state(prefix: str) -> dict[str, torch.Tensor]:
     return {prefix + k: v for k, v in model.state_dict().items()}, model
 
 
-def test_compiled_model_checkpoint_loads():
-    state, model = _small_state("_orig_mod.")
+@pytest.mark.parametrize("prefix", ["_orig_mod.", "_orig_mod.module.", "module._orig_mod.", "module.model."])
+def test_compiled_model_checkpoint_loads(prefix):
+    """torch.compile(DDP(model)).state_dict() has _orig_mod.module. keys: both go, in either order, as timm's
+    clean_state_dict removes them (only _orig_mod. was, and every trunk key was reported missing)."""
+    state, model = _small_state(prefix)
     loaded = swin.create_model("swin_t", depths=(2, 2, 2, 2), num_classes=10, pretrained=state)
     assert torch.equal(loaded.head.weight, model.head.weight)
 

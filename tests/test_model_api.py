@@ -76,7 +76,10 @@ def test_unknown_name_suggests_close_ones():
         ({"depths": 4}, "depths.*expects a list"),
         ({"window_size": 7.5}, "window_size.*expects an int"),
         ({"qkv_bias": 1}, "qkv_bias.*expects bool"),
-        ({"windowsize": 7}, "unknown config field.*windowsize"),
+        ({"windowsize": 7}, "unknown config field.*windowsize.*did you mean windowsize: window_size"),
+        ({"features_only": True, "frozen_stage": 1}, r"did you mean frozen_stage: frozen_stages\?"),
+        ({"trainable_layers": 3}, r"trainable_layers: frozen_stages \(torchvision's"),
+        ({"zzz": 3}, r"\['zzz'\]; valid fields are .*with features_only=True the backbone's options \['frozen_stages'"),
     ],
 )
 def test_override_with_wrong_type(override, pattern):

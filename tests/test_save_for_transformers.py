@@ -195,3 +195,16 @@ def test_a_backbone_of_a_size_that_is_no_window_multiple_reads_back(tmp_path):
     with torch.no_grad():
         for a, b in zip(again(x), ours(x), strict=True):
             _close(a, b)
+
+
+def test_dropout_is_saved_with_a_warning_that_transformers_places_it_otherwise(tmp_path):
+    """transformers has no dropout between the MLP's layers and none at pos_drop_rate's place of its own: the
+    rates are saved as its two fields (its model drops at them) and the difference, which only training sees, said."""
+    ours = _noisy(swin.create_model("swin_t", num_classes=0, proj_drop_rate=0.1, attn_drop_rate=0.05, **SMALL))
+    with pytest.warns(UserWarning, match=r"saved as hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.05"):
+        swin.save_for_transformers(ours, tmp_path)
+    theirs = _loaded(transformers.AutoModel, tmp_path)
+    assert theirs.encoder.layers[0].blocks[0].dropout.p == 0.1
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        _close(theirs(x).pooler_output, ours(x))

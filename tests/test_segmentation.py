@@ -328,3 +328,41 @@ def test_a_transformers_upernet_on_three_stages_converts():
     with pytest.warns(UserWarning, match="backbone stages this model does not build"):
         ours = from_transformers(reference)
     assert_same_logits(reference, ours, torch.randn(1, 3, 97, 131))
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda sd: {"state_dict": sd, "meta": {"epoch": 3}},  # mmsegmentation's / Lightning's training checkpoint
+        lambda sd: {"model": sd, "optimizer": {}},
+        lambda sd: {f"module.{k}": v for k, v in sd.items()},  # saved from DistributedDataParallel
+        lambda sd: {"state_dict": {k: v * 0 for k, v in sd.items()}, "state_dict_ema": sd},  # EMA first, as timm
+    ],
+    ids=["state_dict", "model", "module.", "ema"],
+)
+def test_a_training_checkpoint_loads_whole(tiny, wrap, tmp_path):
+    """upernet(checkpoint=...) reads a training checkpoint as create_model's checkpoint_path= does (it reported
+    every key missing and the wrapper's keys unexpected)."""
+    torch.manual_seed(1)
+    source = upernet("swin_t", 3, hidden_size=32, auxiliary_channels=16, **TINY).eval()
+    torch.save(wrap(source.state_dict()), tmp_path / "checkpoint.pth")
+    loaded = upernet("swin_t", 3, hidden_size=32, auxiliary_channels=16, checkpoint=tmp_path / "checkpoint.pth", **TINY)
+    x = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected, got = source(pixel_values=x).logits, loaded.eval()(pixel_values=x).logits
+    assert expected.abs().max() > 0 and torch.equal(expected, got)
+
+
+def test_a_stem_output_is_refused_naming_it():
+    """transformers' out_features may name 'stem' (the patch embedding); its index -1 was read as the last stage
+    and the error named out_features the config never asked for."""
+    config = transformers.UperNetConfig(
+        backbone_config=transformers.SwinConfig(
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in TINY.items()},
+            out_features=["stem", "stage1", "stage2"],
+        ),
+        num_labels=3,
+        **HEAD,
+    )
+    with pytest.raises(ValueError, match=r"includes 'stem' \(the patch embedding's output\)"):
+        from_transformers(config)

@@ -28,6 +28,9 @@ _MAX_NESTING = 8
 # never match; a DETR-style detector's transformer (encoder.layers.*) does.
 _TRUNK = re.compile(r"^(patch_embed|layers|stages|features|absolute_pos_embed|embeddings|encoder|swin)\.")
 _BACKBONE = "backbone."
+# Where a detector keeps its trunk, the most specific first: torchvision's BackboneWithFPN under a detector, the
+# BackboneWithFPN alone, mmdetection's and the official detection code's backbone.
+_DETECTOR_PREFIXES = ("backbone.body.", "body.", _BACKBONE)
 _AVERAGED_COUNT = "n_averaged"  # torch.optim.swa_utils.AveragedModel's buffer beside its module.* weights
 
 
@@ -53,21 +56,26 @@ def _forms_trunk(sd: Mapping[str, torch.Tensor]) -> bool:
 
 
 def _strip_backbone(tensors: dict[str, torch.Tensor]) -> Unwrapped:
-    """A detector checkpoint's trunk from under ``backbone.``, its other keys passed through; the tensors as
-    they are when the ``backbone.`` keys are no Swin trunk and other keys look like one."""
-    inside = {k[len(_BACKBONE) :]: v for k, v in tensors.items() if k.startswith(_BACKBONE)}
-    beside = {k: v for k, v in tensors.items() if not k.startswith(_BACKBONE)}
-    # The other keys cannot be mistaken for the trunk (neck., rpn_head.): the prefix goes, as it always has.
-    # Otherwise (a DETR's encoder.layers.*) only when the backbone is a whole Swin trunk of its own.
-    if inside and (not any(_TRUNK.match(k) for k in beside) or _forms_trunk(inside)):
-        out = Unwrapped(inside)
-        out.update({k: v for k, v in beside.items() if k not in inside})
-        out.passthrough = frozenset(k for k in beside if k not in inside)
-        return out
+    """A detector checkpoint's trunk from under ``backbone.`` (mmdetection, the official detection code) or
+    ``backbone.body.`` / ``body.`` (torchvision's detectors and their ``BackboneWithFPN``, as
+    ``swin.detection_backbone`` builds them), its other keys passed through; the tensors as they are when the
+    prefixed keys are no Swin trunk and other keys look like one."""
+    for prefix in _DETECTOR_PREFIXES:
+        inside = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        beside = {k: v for k, v in tensors.items() if not k.startswith(prefix)}
+        # backbone.: where the other keys cannot be mistaken for the trunk (neck., rpn_head.), the prefix goes, as
+        # it always has; otherwise (a DETR's encoder.layers.*) only when the backbone is a whole Swin trunk of its
+        # own. body.: only a whole Swin trunk (torchvision's detectors hold other backbones there).
+        lenient = prefix == _BACKBONE and not any(_TRUNK.match(k) for k in beside)
+        if inside and (lenient or _forms_trunk(inside)):
+            out = Unwrapped(inside)
+            out.update({k: v for k, v in beside.items() if k not in inside})
+            out.passthrough = frozenset(k for k in beside if k not in inside)
+            return out
     return Unwrapped(tensors)
 
 
-def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
+def unwrap(checkpoint: Mapping, *, use_ema: bool = True, whole_model: bool = False) -> Unwrapped:
     """The tensor mapping inside a checkpoint: ``{"model": sd}``, ``{"state_dict": sd}``, ``module.`` ...
 
     A training checkpoint that also holds the weights' moving average gives that (``state_dict_ema``, then
@@ -78,6 +86,10 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
     keeps the trunk under ``backbone.`` beside its neck, heads or detection transformer: the prefix is
     removed from the backbone's keys and the others are kept as they are, in ``passthrough`` (conversion
     leaves them alone; loading reports them as keys the model does not have).
+
+    ``whole_model=True`` reads the state dict of a whole model whose backbone lies beside its heads (an
+    UperNet's ``backbone.body.*`` beside ``decode_head.*``): wrappers and the ``module.`` / ``_orig_mod.`` /
+    ``model.`` prefixes are removed, and nothing is taken out from under ``backbone.``.
     """
     if isinstance(checkpoint, Unwrapped):
         return checkpoint
@@ -112,10 +124,11 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True) -> Unwrapped:
             f"no tensors found in the checkpoint; its top-level keys are {sorted(map(str, sd))[:10]}{advice}"
         )
     tensors = _without_averaged_model_count(tensors)
-    for prefix in _PREFIXES:
-        if all(isinstance(k, str) and k.startswith(prefix) for k in tensors):
-            tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
-    unwrapped = _strip_backbone(tensors)
+    # in any order and nesting, as timm's clean_state_dict: torch.compile of a DDP model saves _orig_mod.module.
+    prefixes = [p for p in _PREFIXES if not (whole_model and p == _BACKBONE)]
+    while prefix := next((p for p in prefixes if all(isinstance(k, str) and k.startswith(p) for k in tensors)), None):
+        tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
+    unwrapped = Unwrapped(tensors) if whole_model else _strip_backbone(tensors)
     unwrapped.ema_and_trained = both
     return unwrapped
 

@@ -10,11 +10,12 @@ microsoft's Swin repositories name) as timm's ``crop_mode="squash"``.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from .transformers_processor import processor_preprocessing
 
-__all__ = ["MODEL_TYPES", "transformers_description"]
+__all__ = ["MODEL_TYPES", "dropout_fields", "transformers_description"]
 
 MODEL_TYPES = {"swin": 1, "swinv2": 2}
 # transformers' config fields -> ours (what is left out is checked or has no bearing on the outputs)
@@ -29,8 +30,6 @@ _FIELDS = {
     "qkv_bias": "qkv_bias",
     "use_absolute_embeddings": "ape",
     "drop_path_rate": "drop_path_rate",
-    "hidden_dropout_prob": "proj_drop_rate",
-    "attention_probs_dropout_prob": "attn_drop_rate",
 }
 # transformers' SwinConfig and Swinv2Config defaults (5.24) of the fields read
 _DEFAULTS = {
@@ -69,6 +68,7 @@ def transformers_description(
     # a field the file leaves out is transformers' default, never the registered architecture's
     given = _DEFAULTS | {k: v for k, v in config.items() if v is not None}
     args = {ours: given[theirs] for theirs, ours in _FIELDS.items()}
+    args |= dropout_fields(given["hidden_dropout_prob"], given["attention_probs_dropout_prob"], origin)
     size = given["image_size"]
     args["img_size"] = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
     for key in ("depths", "num_heads"):
@@ -94,6 +94,22 @@ def transformers_description(
         features = given.get("out_features") or stages[-1:]
         overlay["backbone"] = tuple(stages.index(name) for name in features if name in stages)
     return _closest_registered(version, args), args, overlay
+
+
+def dropout_fields(hidden: float, attention: float, origin: str) -> dict[str, float]:
+    """Our dropout rates for transformers' ``hidden_dropout_prob`` and ``attention_probs_dropout_prob``, with a
+    warning where either is not zero: transformers places its dropouts otherwise, which only training sees."""
+    if hidden or attention:
+        warnings.warn(
+            f"{origin}: hidden_dropout_prob={hidden} and attention_probs_dropout_prob={attention} are read as "
+            f"pos_drop_rate=proj_drop_rate={hidden}, attn_drop_rate={attention}; transformers places its dropouts "
+            "otherwise (none between the MLP's two layers, where proj_drop_rate also drops; the attention output at "
+            "attention_probs_dropout_prob in Swin V2 and transformers 4.x), so training drops differently from "
+            "transformers' model (eval outputs are the same); pass the rates you want to create_model to change them",
+            UserWarning,
+            stacklevel=3,
+        )
+    return {"pos_drop_rate": hidden, "proj_drop_rate": hidden, "attn_drop_rate": attention}
 
 
 def _closest_registered(version: int, args: dict[str, Any]) -> str:

@@ -288,3 +288,16 @@ def test_a_swin_v2_repository_without_pretrained_windows_has_none(tmp_path, monk
     ours = swin.create_model(f"local-dir:{folder}", pretrained=True).eval()
     assert ours.config.pretrained_window_sizes == (0, 0, 0, 0) and ours.config.window_size == 7
     _same_logits(ours, theirs)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_dropout_rates_are_read_with_a_warning_that_transformers_places_them_otherwise(tmp_path, version):
+    """transformers drops hidden_dropout_prob after the embeddings (it was not read: pos_drop_rate stayed 0) and
+    has no dropout between the MLP's layers, where proj_drop_rate drops here: training differs, which is said."""
+    theirs = _hf_model(version, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.05)
+    assert theirs.swinv2.embeddings.dropout.p == 0.1 if version == 2 else theirs.swin.embeddings.dropout.p == 0.1
+    with pytest.warns(UserWarning, match=r"transformers places its dropouts otherwise .*eval outputs are the same"):
+        ours = swin.create_model(f"local-dir:{_folder(tmp_path, theirs)}", pretrained=True).eval()
+    config = ours.config
+    assert (config.pos_drop_rate, config.proj_drop_rate, config.attn_drop_rate) == (0.1, 0.1, 0.05)
+    _same_logits(ours, theirs)
