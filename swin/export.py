@@ -359,6 +359,17 @@ def _quiet(logger_name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
+# What a runtime needs to prepare images as the model expects (timm's pretrained_cfg keys).
+PREPROCESSING_KEYS = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
+
+
+def _preprocessing(model: nn.Module) -> dict[str, Any]:
+    from .weights.data_config import data_config
+
+    config = data_config(model)
+    return {key: config[key] for key in PREPROCESSING_KEYS if config.get(key) is not None}
+
+
 def export_onnx(
     model: nn.Module,
     path: str | os.PathLike,
@@ -379,8 +390,9 @@ def export_onnx(
     Static (``dynamic=False``): the one size :func:`static_shape` (``size_range=(s, s)`` picks ``s`` x ``s``)
     and the one batch ``max_batch`` (default 2). The file's ``metadata_props`` carry ``height_min``,
     ``height_max``, ``width_min``, ``width_max``, ``size_min`` and ``size_max`` (when height and width share
-    one range), ``size_multiple``, ``valid_sizes`` and ``max_batch``, plus ``metadata`` (e.g. the
-    preprocessing of the weights: ``mean``, ``std``, ``crop_pct``, ...; non-strings JSON-encoded).
+    one range), ``size_multiple``, ``valid_sizes`` and ``max_batch``, plus ``metadata`` (non-strings
+    JSON-encoded), by default the model's evaluation preprocessing (``swin.data_config(model)``: ``input_size``,
+    ``resize_size``, ``crop_pct``, ``crop_mode``, ``interpolation``, ``mean``, ``std``); ``metadata={}`` for none.
     Requires ``onnx`` and ``onnxscript`` (``pip install onnx onnxscript``; the ``onnx`` extra of a checkout,
     ``pip install -e ".[onnx]"``, adds onnxruntime).
 
@@ -443,7 +455,7 @@ def export_onnx(
         "size_multiple": SIZE_MULTIPLE,
         "valid_sizes": rule,
         "max_batch": max_batch,
-        **(metadata or {}),
+        **(_preprocessing(model) if metadata is None else metadata),
     }
     _finish(program.model, rule, {k: v if isinstance(v, str) else json.dumps(v) for k, v in props.items()})
     with atomic_output(path) as temporary:

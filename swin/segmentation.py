@@ -386,6 +386,9 @@ def from_transformers(
             raise TypeError("from_transformers() got a directory and a state_dict; the directory brings its weights")
         reference, state_dict = transformers.UperNetConfig.from_pretrained(reference), _weights_in(reference)
     elif isinstance(reference, (str, os.PathLike)):
+        name = os.fspath(reference)
+        if isinstance(reference, os.PathLike) or name.count("/") > 1 or name.startswith(("/", ".", "~")):
+            raise FileNotFoundError(f"from_transformers({name!r}): no such folder (a hub id is OWNER/NAME)")
         reference = transformers.UperNetForSemanticSegmentation.from_pretrained(reference)
     if isinstance(reference, nn.Module):
         if state_dict is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -173,6 +174,35 @@ class SwinTrunk(nn.Module):
                 f"image {x.shape[2]}x{x.shape[3]} is smaller than one {patch}x{patch} patch; "
                 "resize it to at least the patch size"
             )
+        self._warn_of_windows_shrunk_at_build(x.shape[2], x.shape[3])
+
+    def _warn_of_windows_shrunk_at_build(self, height: int, width: int) -> None:
+        """Once per model (and config): where the size the model was built for shrank a stage's window to its map
+        and this input's map there is larger, the window stays shrunk, where a model built for this size (timm's
+        with ``img_size=``, the official code's) has the configured one: other outputs, which are said."""
+        config = self.config
+        shrunk = _windows_shrunk_at_build(config, self.semantics)
+        if not shrunk or getattr(self, "_warned_of_windows_for", None) is config or torch.compiler.is_compiling():
+            return
+        if not (isinstance(height, int) and isinstance(width, int)):  # symbolic sizes (export): no guards added
+            return
+        sizes = config.stage_sizes(height, width)
+        for i, built, configured in shrunk:
+            if any(side > b and c > b for side, b, c in zip(sizes[i], built, configured, strict=True)):
+                self._warned_of_windows_for = config
+                h, w = config.img_size
+                warnings.warn(
+                    f"{config.name} was built for {h}x{w}, where stage {i + 1}'s window shrank to its "
+                    f"{built[0]}x{built[1]} map (configured: {configured[0]}x{configured[1]}); at {height}x{width} "
+                    f"it keeps {built[0]}x{built[1]} where a model built for that size (timm's with img_size=, the "
+                    f"official code's) has {min(sizes[i][0], configured[0])}x{min(sizes[i][1], configured[1])}, and "
+                    f"computes other outputs. Build it for the size: create_model({config.name!r}, "
+                    f"img_size=({height}, {width}), pretrained=...) or model.set_input_size(img_size=({height}, "
+                    f"{width}), window_size={config.window_size!r})",
+                    UserWarning,
+                    stacklevel=4,
+                )
+                return
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """(B, in_chans, H, W) -> (B, H/p, W/p, C): patch embedding plus absolute position embedding."""
@@ -371,6 +401,15 @@ class SwinTrunk(nn.Module):
 def add_position_embedding(x: torch.Tensor, table: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     """(B, H, W, C) plus the absolute position embedding ``table`` learnt on a ``grid`` of patches."""
     return x + resized_position_embedding(table, grid, (x.shape[1], x.shape[2]))
+
+
+@functools.lru_cache(maxsize=64)
+def _windows_shrunk_at_build(config: SwinConfig, semantics: str) -> tuple[tuple[int, tuple, tuple], ...]:
+    """(stage, window as built, window configured) of each stage whose window the built size shrank."""
+    built = config.stage_windows(semantics)
+    return tuple(
+        (i, b, c) for i, (b, c) in enumerate(zip(built, config.stage_window_sizes, strict=True)) if tuple(b) != tuple(c)
+    )
 
 
 def _patch_grid(img_size: tuple[int, int], patch_size: int) -> tuple[int, int]:

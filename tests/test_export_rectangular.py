@@ -10,6 +10,8 @@ One export of each kind for the module (tracing takes tens of seconds on two cor
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -104,6 +106,13 @@ def test_onnx_matches_eager_in_both_ranges_and_refuses_other_widths(model, tmp_p
         "160",
     ]
     assert "size_min" not in props and "size_max" not in props  # no one range serves both axes
+    # export_onnx(model, path) writes the model's preprocessing, as timm resolves it (it wrote only the range)
+    import timm
+
+    expected = timm.data.resolve_model_data_config(model)
+    assert json.loads(props["input_size"]) == list(expected["input_size"])
+    assert json.loads(props["mean"]) == list(expected["mean"]) and json.loads(props["std"]) == list(expected["std"])
+    assert float(props["crop_pct"]) == expected["crop_pct"] and props["interpolation"] == expected["interpolation"]
 
 
 def test_program_matches_eager_in_both_ranges_and_refuses_other_widths(model):

@@ -190,6 +190,10 @@ def test_errors_say_what_to_do(tiny):
         upernet("swin_t", 3, checkpoint=tiny.state_dict(), hidden_size=32, **TINY)  # no auxiliary_channels=16
     with pytest.raises(ValueError, match="model_type 'swin'"):
         from_transformers(transformers.UperNetConfig())  # its default backbone is a ResNet
+    with pytest.raises(FileNotFoundError, match=r"'path/to/upernet'\): no such folder \(a hub id is OWNER/NAME\)"):
+        from_transformers("path/to/upernet")  # huggingface_hub said 'Repo id must be in the form ...'
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        from_transformers(Path("missing"))
     with pytest.raises(ValueError, match="output_attentions"), torch.no_grad():
         tiny(torch.randn(1, 3, 64, 64), output_attentions=True)
 

@@ -173,3 +173,31 @@ def test_impossible_sizes_are_refused_and_change_nothing(arguments, named):
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     with pytest.raises(ValueError, match="smaller than one 4x4 patch"):
         swin.create_model("swin_t", img_size=3, **SMALL)
+
+
+def test_a_window_shrunk_at_the_built_size_is_said_at_a_larger_input():
+    """swinv2_t_w16 at its 256 has stage 4's window shrunk to the 8x8 map; at 512 it kept 8 where timm built for
+    512 has 16 (logits 3e-3 to 0.4 apart in a review's models, silently). It is said, with the call that builds
+    the model timm builds."""
+    import warnings as python_warnings
+
+    ours, _ = _pair("swinv2_t_w16", "swinv2_tiny_window16_256")
+    with torch.no_grad():  # a position bias that varies across the window
+        for name, parameter in ours.named_parameters():
+            if "cpb_mlp" in name:
+                parameter.normal_(0, 1)
+    timm_at_512 = timm.create_model("swinv2_tiny_window16_256", img_size=512, **SMALL).eval()
+    timm_at_512.load_state_dict(export(ours.state_dict(), "timm"))
+    x = torch.randn(1, 3, 512, 512)
+    with torch.no_grad(), python_warnings.catch_warnings():
+        python_warnings.simplefilter("error")
+        ours(torch.randn(1, 3, 256, 256))  # its own size: nothing to say
+        with pytest.warns(UserWarning, match=r"stage 4's window shrank to its 8x8 map .* has 16x16") as said:
+            differs = (ours(x) - timm_at_512(x)).abs().max()
+        assert differs > 1e-3 and len(said) == 1  # float32 parity with timm: ~1e-6
+        ours(x)  # once per model
+        advised = swin.create_model("swinv2_t_w16", img_size=(512, 512), **SMALL).eval()
+        advised.load_state_dict(ours.state_dict())
+        torch.testing.assert_close(advised(x), timm_at_512(x), atol=1e-4, rtol=1e-4)
+        backbone = swin.create_model("swinv2_t_w16", features_only=True, **SMALL).eval()  # windows kept whole
+        backbone(x)

@@ -7,17 +7,13 @@ import sys
 from typing import Any
 
 from ..atomic import atomic_output, check_output
-from ..export import SIZE_MULTIPLE, check_size_ranges, export_onnx, export_program, static_shape
+from ..export import PREPROCESSING_KEYS, SIZE_MULTIPLE, check_size_ranges, export_onnx, export_program, static_shape
 from ..factory import create_model, entry_model
 from ..registry import resolve_name
 from ..weights.user_weights import load_weights, preprocessing_for
 from .described import described_model, is_described
 
 __all__ = ["register", "cmd_export"]
-
-# Preprocessing keys written into the ONNX file's metadata (when the weights say what they are).
-_PREPROCESSING = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
-
 
 # One range, or a range of heights and one of widths: ``MIN,MAX`` or ``HMIN,HMAX:WMIN,WMAX``.
 _SYNTAX = "--size-range takes MIN,MAX or HMIN,HMAX:WMIN,WMAX (heights, then widths) in pixels"
@@ -130,7 +126,7 @@ def _metadata(args, model, weights) -> dict[str, Any]:
 
     metadata.update(weights=os.path.basename(weights.name), layout=weights.layout)
     config = preprocessing_for(metadata["model"], weights.entry, weights.layout) or data_config(model)
-    metadata.update({key: config[key] for key in _PREPROCESSING if config.get(key) is not None})
+    metadata.update({key: config[key] for key in PREPROCESSING_KEYS if config.get(key) is not None})
     return metadata
 
 
@@ -192,7 +188,7 @@ def _export_described(args) -> int:
         metadata["num_classes"] = model.num_classes
     if not args.random_weights:
         config = data_config(model)
-        metadata.update({key: config[key] for key in _PREPROCESSING if config.get(key) is not None})
+        metadata.update({key: config[key] for key in PREPROCESSING_KEYS if config.get(key) is not None})
     _write(args, model, plan, [], None if _is_program(args.output) else metadata)
     _summary(args, model, plan, "RANDOM weights (--random-weights)" if args.random_weights else "its own weights")
     return 0

@@ -71,8 +71,18 @@ def _swin_model(model: nn.Module) -> nn.Module:
 
 
 def refuse_what_the_model_runs_otherwise(model: nn.Module, target: str) -> None:
-    """Given the model, not only its weights: what torchvision's or transformers' model would compute otherwise
-    although every weight loads (a pooling of ours, other rules for small or padded maps at the model's size)."""
+    """Given the model, not only its weights: what timm's, torchvision's or transformers' model would compute
+    otherwise although every weight loads (a pooling of ours, other rules for small or padded maps at the model's
+    size)."""
+    if target == "timm":  # whose pooling options are ours; its rules for small and padded maps are classification's
+        ours = _swin_model(model)
+        if ours.semantics != "classification":
+            raise ValueError(
+                f"the model runs with {ours.semantics} semantics and timm's Swin (classifier and features_only) with "
+                "the classification rules (windows shrunk to small maps, no shift there): it would compute other "
+                "outputs; export to 'official' (the official detection code's and mmdetection's layout), or the "
+                "state dict alone"
+            )
     if target not in ("torchvision", "transformers"):
         return
     library = "torchvision's Swin" if target == "torchvision" else "transformers' Swin"

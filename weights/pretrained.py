@@ -10,6 +10,7 @@ never kept, so it cannot fail again on every later call, and the next source is 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -193,6 +194,10 @@ def fetch(
             if storage.offline():
                 done.add(index)
     stale = "".join(f"\nThe cached file at {line}; remove it." for line in entry.stale_files())
+    home = storage.swin_home()
+    if storage.offline() and home.exists() and not home.is_dir():  # no copy can be placed where it would say
+        cause = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(home))
+        raise storage.cache_dir_error(DestinationError(str(cause), paths[0], cause)) from None
     if storage.offline():
         sources = "\n".join(f"  {s.describe()}" for s in entry.sources)
         failed = "".join(f"\n{f}" for f in failures)

@@ -290,6 +290,10 @@ def test_swin_home_is_a_file(server, monkeypatch, tmp_path, entries, swin_body):
         fetch(entry, progress=False)
     assert server.requests == [] and home.read_text() == "a file"
     assert isinstance(CacheDirError("x", home, OSError()), (OSError, DownloadError))
+    # offline too: it said the file was not in the cache and where to place a copy, under the file
+    monkeypatch.setenv("SWIN_OFFLINE", "1")
+    with pytest.raises(CacheDirError, match="is a file, not a directory"):
+        fetch(entry, progress=False)
 
 
 def test_swin_home_is_checked_before_the_hub_is_asked(server, monkeypatch, tmp_path, entries, swin_body):
