@@ -27,6 +27,10 @@ class BoundedLRU:
         # Entries that must stay: never evicted or moved, with a byte budget of their own (see :meth:`pin`).
         self._pinned: dict[Hashable, Any] = {}
         self._pinned_bytes = 0
+        # Whether anything is pinned, as a flag of its own: a compiled graph that reads it is guarded on its value,
+        # which a later pin leaves as it is (the dict's truth value would guard its length, and every graph
+        # compiled before a new size was pinned would compile again).
+        self._any_pinned = False
 
     def pin(self, key: Hashable, value: Any) -> bool:
         """Keep ``value`` under ``key`` until :meth:`unpin_all`, if the pinned entries stay within
@@ -40,6 +44,7 @@ class BoundedLRU:
                 return False
             self._pinned[key] = value
             self._pinned_bytes += value.nbytes
+            self._any_pinned = True
             return True
 
     def unpin_all(self) -> None:
@@ -47,11 +52,12 @@ class BoundedLRU:
         with self._lock:
             self._pinned = {}
             self._pinned_bytes = 0
+            self._any_pinned = False
 
     def has_pinned(self) -> bool:
         """Whether anything is pinned (read before :meth:`pinned`, under a trace a lookup by a symbolic size would
         fix that size)."""
-        return bool(self._pinned)
+        return self._any_pinned
 
     def pinned(self, key: Hashable) -> Any:
         """The value pinned under ``key``, or None; reads nothing else and changes nothing."""

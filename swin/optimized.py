@@ -43,6 +43,7 @@ call) unless ``compile="force"``.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import threading
@@ -192,7 +193,7 @@ class FrozenCompiled(nn.Module):
         run.__code__ = run.__code__.replace(co_name=f"frozen_swin_{next(_BUILDS)}")
         # One graph, or an error: after a graph break the frames dynamo resumes in are the model's own, shared
         # by every build, and their graphs (with the weights frozen into them) would outlive a rebuild.
-        self.compiled = torch.compile(run, mode=mode, fullgraph=True)
+        self.compiled = torch.compile(run, mode=mode, fullgraph=True, dynamic=False)
 
     def forward(self, x: torch.Tensor) -> Any:
         import torch._inductor.config as inductor_config
@@ -211,6 +212,7 @@ class OptimizedModel(nn.Module):
         self.compile_mode = compile
         self.mode = mode
         self._warned = False
+        self._warned_shapes = False
         self.compile_seconds: dict[tuple[int, ...], float] = {}  # input shape -> seconds its first call took
         self._compiled: Callable | None = None
         self._signature: tuple | None = None
@@ -220,7 +222,9 @@ class OptimizedModel(nn.Module):
     def __getstate__(self) -> dict:
         """Copies and pickles leave the compiled graph and the lock behind (derived state): a copy compiles on
         its first call, for its own weights."""
-        state = dict(super().__getstate__(), _compiled=None, _signature=None, _held=[], compile_seconds={})
+        state = dict(
+            super().__getstate__(), _compiled=None, _signature=None, _held=[], compile_seconds={}, _warned_shapes=False
+        )
         state.pop("_lock", None)
         return state
 
@@ -234,6 +238,7 @@ class OptimizedModel(nn.Module):
         self._signature = None
         self._held = []
         self.compile_seconds.clear()
+        self._warned_shapes = False
         unpin_window_plans(self.model)  # the next build pins what it needs, on the device the weights are on now
 
     @property
@@ -266,6 +271,7 @@ class OptimizedModel(nn.Module):
         def run(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"{name} takes a torch.Tensor as its first argument, got {type(x).__name__}")
+            self._one_dtype()
             x, cast = self._cast_input(x)
             with torch.no_grad():
                 return _map_tensors(method(x, *args, **kwargs), cast)
@@ -307,9 +313,32 @@ class OptimizedModel(nn.Module):
         """Whether calls run compiled now (False when hooks or foreign modules keep the model eager)."""
         return self.compile_mode == "force" or (bool(self.compile_mode) and _compilable(self.model))
 
+    def _one_dtype(self) -> None:
+        """Weights of one dtype: a module assigned after optimize (``model.head = nn.Linear(...)``) keeps its own
+        and failed inside the first matmul; it is cast to the dtype the rest of the model computes in, as
+        optimize cast the model."""
+        dtypes = collections.Counter(p.dtype for p in self.model.parameters() if p.is_floating_point())
+        if len(dtypes) > 1:
+            with torch.inference_mode(False):
+                self.model.to(dtypes.most_common(1)[0][0])
+
+    def _eager_beyond_the_shapes(self, x: torch.Tensor, cast: Callable, reason: str) -> Any:
+        """The call eager (in the model's dtype), where one more compiled shape would pass torch's recompile
+        limit; said once."""
+        if not self._warned_shapes:
+            self._warned_shapes = True
+            warnings.warn(
+                f"swin.optimize: {reason}: calls of other shapes run eager ({self.dtype}, slower). Resize or pad "
+                "images to a few sizes, raise torch._dynamo.config.recompile_limit, or call .refresh() to compile "
+                "anew",
+                stacklevel=3,
+            )
+        return _map_tensors(self.model(x), cast)
+
     def forward(self, x: torch.Tensor) -> Any:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor of images (B, C, H, W), got {type(x).__name__}")
+        self._one_dtype()
         x, cast = self._cast_input(x)
         with torch.no_grad():
             if not self.compiled:
@@ -342,6 +371,11 @@ class OptimizedModel(nn.Module):
                 key = tuple(x.shape)
                 start = time.perf_counter()
                 first = key not in self.compile_seconds
+                limit = torch._dynamo.config.recompile_limit
+                if first and len(self.compile_seconds) >= limit:  # each shape is one of the graph's entries
+                    return self._eager_beyond_the_shapes(
+                        x, cast, f"{len(self.compile_seconds)} input shapes are compiled, torch's recompile limit"
+                    )
                 if first and not self.model.training and _compilable(self.model) and splittable(self.model):
                     # One eager image first, so that the window plans of this size (index tensors, shift masks)
                     # are pinned and the compiled graph reads them as constants, which freezing folds. (Not where
@@ -352,6 +386,8 @@ class OptimizedModel(nn.Module):
                 if first:  # the first call of a shape compiles it: under the lock
                     try:
                         out = compiled(x)
+                    except torch._dynamo.exc.FailOnRecompileLimitHit:  # other strides or dtypes took the entries
+                        return self._eager_beyond_the_shapes(x, cast, "torch's recompile limit is reached")
                     except torch._dynamo.exc.Unsupported as error:
                         self.refresh()
                         raise RuntimeError(
@@ -362,7 +398,10 @@ class OptimizedModel(nn.Module):
                         ) from error
                     self.compile_seconds[key] = time.perf_counter() - start
             if not first:
-                out = compiled(x)
+                try:
+                    out = compiled(x)
+                except torch._dynamo.exc.FailOnRecompileLimitHit:  # a known shape in another stride or dtype
+                    return self._eager_beyond_the_shapes(x, cast, "torch's recompile limit is reached")
         if self.mode == "reduce-overhead":  # CUDA graphs reuse their output buffers on the next call
             out = _map_tensors(out, torch.Tensor.clone)
         return _map_tensors(out, cast)
@@ -388,7 +427,8 @@ def optimize(
 
     Returns:
         An :class:`OptimizedModel`: call it with images in any dtype; outputs come back in the input's float
-        dtype (float32 for integer images). Float32 eager is bit-exact, float32 compiled within ~1e-5 of eager;
+        dtype (float32 for integer images). Each input shape compiles on its first call, up to torch's
+        recompile limit (``torch._dynamo.config.recompile_limit``); further shapes run eager, with a warning. Float32 eager is bit-exact, float32 compiled within ~1e-5 of eager;
         bf16 logits are within ~1e-2 relative error of float32.
     """
     if not isinstance(model, nn.Module):

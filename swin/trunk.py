@@ -180,9 +180,11 @@ class SwinTrunk(nn.Module):
         """Once per model (and config): where the size the model was built for shrank a stage's window to its map
         and this input's map there is larger, the window stays shrunk, where a model built for this size (timm's
         with ``img_size=``, the official code's) has the configured one: other outputs, which are said."""
+        if torch.compiler.is_compiling():  # said by the eager call that comes first (and lru_cache is not traced)
+            return
         config = self.config
         shrunk = _windows_shrunk_at_build(config, self.semantics)
-        if not shrunk or getattr(self, "_warned_of_windows_for", None) is config or torch.compiler.is_compiling():
+        if not shrunk or getattr(self, "_warned_of_windows_for", None) is config:
             return
         if not (isinstance(height, int) and isinstance(width, int)):  # symbolic sizes (export): no guards added
             return

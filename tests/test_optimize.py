@@ -4,6 +4,8 @@ come from timm's model with the same weights."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -250,7 +252,6 @@ class _CopyingCompiled(torch.nn.Module):
 
     def __init__(self, model, mode=None, onednn_linear=False):
         super().__init__()
-        import copy
 
         type(self).builds += 1
         self.frozen = copy.deepcopy(model)
@@ -286,7 +287,6 @@ def test_weights_made_under_inference_mode_are_followed(monkeypatch):
 def test_copies_and_bad_input(monkeypatch):
     """A copy or a pickle of an optimized model carries the model, not the compiled graph of the original's
     weights (nor its lock); a non-tensor input is refused with the message the model itself gives."""
-    import copy
     import io
 
     import swin.optimized as optimized
@@ -389,3 +389,42 @@ def test_a_dynamically_quantized_model_stays_float32():
     with pytest.warns(UserWarning, match="running eager"):
         got = fast(x)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_shapes_compiled_stay_compiled_and_past_torchs_limit_calls_run_eager():
+    """Each new shape pinned one more window plan and the graphs of earlier shapes were guarded on how many were
+    pinned: going back to a shape compiled it again, and at torch's recompile limit (8) every call failed with
+    dynamo's FailOnRecompileLimitHit, shapes compiled before included. Each compiled shape now stays compiled; a
+    shape past the limit runs eager, said once. (Limit 2 here: two shapes compile.)"""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(recompile_limit=2):  # (monkeypatch's undo deletes the config's entry)
+        _shapes_compiled_stay_compiled_and_past_torchs_limit_calls_run_eager()
+
+
+def _shapes_compiled_stay_compiled_and_past_torchs_limit_calls_run_eager():
+    _, ours = timm_pair("swin_t", shape={"depths": (2,), "num_heads": (2,), "embed_dim": 32})
+    reference = copy.deepcopy(ours)  # eager, at any size (timm's model is built for one)
+    fast = swin.optimize(ours, dtype="float32", compile="force")
+    sizes = [(64, 64), (64, 96), (64, 64), (64, 96)]
+    with torch.no_grad():
+        for size in sizes:
+            x = torch.randn(1, 3, *size)
+            torch.testing.assert_close(fast(x), reference(x), atol=1e-4, rtol=1e-4)
+        assert sorted(fast.compile_seconds) == [(1, 3, 64, 64), (1, 3, 64, 96)]
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        x = torch.randn(1, 3, 96, 96)
+        with pytest.warns(UserWarning, match=r"2 input shapes are compiled, torch's recompile limit: calls of other"):
+            torch.testing.assert_close(fast(x), reference(x), atol=1e-4, rtol=1e-4)
+        fast(torch.randn(1, 3, 64, 64))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # nothing compiled again
+
+
+def test_a_module_assigned_after_optimize_takes_the_models_dtype():
+    """model.head = nn.Linear(...) after optimize cast the rest to bf16 kept its float32 weights, and the first
+    call failed in a matmul of mixed dtypes."""
+    _, ours = timm_pair("swin_t", shape={"depths": (1,), "num_heads": (2,), "embed_dim": 32})
+    fast = swin.optimize(ours, dtype="bfloat16", compile=False)
+    ours.head = torch.nn.Linear(ours.num_features, 5)
+    out = fast(torch.randn(1, 3, 64, 64))
+    assert out.dtype == torch.float32 and out.shape == (1, 5) and ours.head.weight.dtype == torch.bfloat16
