@@ -15,6 +15,8 @@ import torch
 import swin
 from swin.weights import convert, detect_layout, export, unwrap
 
+from ..conftest import timm_pair
+
 
 @pytest.fixture(scope="module")
 def model():
@@ -190,20 +192,14 @@ def test_a_detection_semantics_model_is_refused_for_timm_which_would_compute_oth
     """Every weight loads into timm's model, which runs the classification rules: at 224 its logits were 9e-3 from
     ours (stage 4's 7x7 map: shifted here, not there). Given the model, the export says so; the state dict alone
     still converts."""
-    import timm
-
-    shape = {"embed_dim": 32, "depths": (2, 2, 2, 2), "num_heads": (1, 2, 4, 8)}
-    torch.manual_seed(0)
-    ours = swin.create_model("swin_t", semantics="detection", num_classes=10, **shape).eval()
-    with torch.no_grad():  # position biases that matter, as trained ones do
-        for name, parameter in ours.named_parameters():
-            if "relative_position_bias_table" in name:
-                parameter.normal_(0, 2)
-    theirs = timm.create_model("swin_tiny_patch4_window7_224", num_classes=10, **shape).eval()
-    theirs.load_state_dict(export(ours.state_dict(), "timm"))
+    shape = {"embed_dim": 32, "depths": (2, 2, 2, 2), "num_heads": (1, 2, 4, 8), "num_classes": 10}
+    theirs, classification = timm_pair("swin_t", shape=shape, position_bias_std=2.0)  # biases that matter
+    ours = swin.create_model("swin_t", semantics="detection", **shape).eval()
+    ours.load_state_dict(classification.state_dict())
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         assert (theirs(x) - ours(x)).abs().max() > 2e-3  # what the refusal prevents (float32 parity: ~1e-6)
-    model = swin.create_model("swin_t", features_only=True, **shape) if features_only else ours
+    backbone = {k: v for k, v in shape.items() if k != "num_classes"}
+    model = swin.create_model("swin_t", features_only=True, **backbone) if features_only else ours
     with pytest.raises(ValueError, match="runs with detection semantics and timm's Swin .* export to 'official'"):
         export(model, "timm")
