@@ -139,7 +139,7 @@ class SwinConfig:
             fields = sorted(known - {"aliases"})
             guesses = {
                 name: _OTHER_LIBRARIES.get(name)
-                or ", ".join(difflib.get_close_matches(name, [*fields, *_BACKBONE_OPTIONS], 1))
+                or ", ".join(difflib.get_close_matches(name, [*fields, *_BACKBONE_OPTIONS, *_FACTORY_OPTIONS], 1))
                 for name in unknown
                 if name not in _BACKBONE_OPTIONS
             }
@@ -203,6 +203,15 @@ class SwinConfig:
 
 # SwinBackbone's own arguments, which create_model(features_only=True) routes to it rather than to the config.
 _BACKBONE_OPTIONS = ("frozen_stages", "norm_eval", "out_indices")
+# create_model's own options, which a misspelt name may have meant.
+_FACTORY_OPTIONS = (
+    "global_pool",
+    "semantics",
+    "features_only",
+    "pretrained",
+    "checkpoint_path",
+    "pretrained_cfg_overlay",
+)
 # Other libraries' names for what a field or a backbone option does here.
 _OTHER_LIBRARIES = {
     "trainable_layers": "frozen_stages (torchvision's trainable_layers=k trains the last k of its 5 parts; "

@@ -84,8 +84,9 @@ class SwinBackbone(SwinTrunk):
         frozen_stages = _integer(frozen_stages)
         if not -1 <= frozen_stages <= num_stages:
             raise ValueError(f"frozen_stages must be in -1..{num_stages}, got {frozen_stages}")
-        if not isinstance(norm_eval, bool):
+        if isinstance(norm_eval, str) or norm_eval not in (True, False):  # 0 / 1 and numpy's bools are fine
             raise TypeError(f"norm_eval must be True or False, got {norm_eval!r}")
+        norm_eval = bool(norm_eval)
         if config.drop_rate:
             warnings.warn(
                 f"drop_rate={config.drop_rate} is the dropout before the classifier head (timm's meaning) and a "

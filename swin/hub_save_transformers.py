@@ -113,9 +113,10 @@ def _hf_config(model: nn.Module, kind: str, transformers: Any) -> Any:
         warnings.warn(
             f"the model's dropout (pos_drop_rate={config.pos_drop_rate}, proj_drop_rate={config.proj_drop_rate}, "
             f"attn_drop_rate={config.attn_drop_rate}) is saved as hidden_dropout_prob={config.proj_drop_rate}, "
-            f"attention_probs_dropout_prob={config.attn_drop_rate}; transformers places its dropouts otherwise "
-            "(after the embeddings and the MLP's output, none between its layers), so training it there drops "
-            "differently (eval outputs are the same)",
+            f"attention_probs_dropout_prob={config.attn_drop_rate} (pos_drop_rate has no field of its own: "
+            "transformers drops after the embeddings at hidden_dropout_prob); transformers places its dropouts "
+            "otherwise (after the embeddings and the MLP's output, none between its layers), so training it there "
+            "drops differently (eval outputs are the same)",
             UserWarning,
             stacklevel=3,
         )

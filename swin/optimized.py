@@ -172,6 +172,28 @@ def _map_tensors(out: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return tree_map_only(torch.Tensor, fn, out)
 
 
+def _recompile_limit() -> int:
+    """How many graphs dynamo keeps per function (``recompile_limit``; ``cache_size_limit`` before torch 2.6)."""
+    config = torch._dynamo.config
+    return getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", 8)
+
+
+class _NeverRaised(Exception):
+    pass
+
+
+@functools.cache
+def _limit_hit() -> tuple[type[BaseException], ...]:
+    """What a call past that limit raises under fullgraph=True (its name before torch 2.6 too; torch versions
+    without either run such calls eager themselves)."""
+    import torch._dynamo.exc
+
+    names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+    return tuple(getattr(torch._dynamo.exc, name) for name in names if hasattr(torch._dynamo.exc, name)) or (
+        _NeverRaised,
+    )
+
+
 class FrozenCompiled(nn.Module):
     """``torch.compile(model)`` whose graphs are compiled with inductor's ``freezing`` on (set while it runs:
     in torch 2.14 ``torch.compile(options={"freezing": True})`` does not freeze). Frozen weights are copies:
@@ -213,6 +235,7 @@ class OptimizedModel(nn.Module):
         self.mode = mode
         self._warned = False
         self._warned_shapes = False
+        self._eager_shapes: set[tuple[int, ...]] = set()  # shapes past the recompile limit: run eager
         self.compile_seconds: dict[tuple[int, ...], float] = {}  # input shape -> seconds its first call took
         self._compiled: Callable | None = None
         self._signature: tuple | None = None
@@ -223,7 +246,13 @@ class OptimizedModel(nn.Module):
         """Copies and pickles leave the compiled graph and the lock behind (derived state): a copy compiles on
         its first call, for its own weights."""
         state = dict(
-            super().__getstate__(), _compiled=None, _signature=None, _held=[], compile_seconds={}, _warned_shapes=False
+            super().__getstate__(),
+            _compiled=None,
+            _signature=None,
+            _held=[],
+            compile_seconds={},
+            _warned_shapes=False,
+            _eager_shapes=set(),
         )
         state.pop("_lock", None)
         return state
@@ -239,6 +268,7 @@ class OptimizedModel(nn.Module):
         self._held = []
         self.compile_seconds.clear()
         self._warned_shapes = False
+        self._eager_shapes = set()
         unpin_window_plans(self.model)  # the next build pins what it needs, on the device the weights are on now
 
     @property
@@ -371,8 +401,10 @@ class OptimizedModel(nn.Module):
                 key = tuple(x.shape)
                 start = time.perf_counter()
                 first = key not in self.compile_seconds
-                limit = torch._dynamo.config.recompile_limit
-                if first and len(self.compile_seconds) >= limit:  # each shape is one of the graph's entries
+                if key in self._eager_shapes:
+                    return self._eager_beyond_the_shapes(x, cast, "")
+                if first and len(self.compile_seconds) >= _recompile_limit():  # each shape is one graph entry
+                    self._eager_shapes.add(key)
                     return self._eager_beyond_the_shapes(
                         x, cast, f"{len(self.compile_seconds)} input shapes are compiled, torch's recompile limit"
                     )
@@ -386,7 +418,8 @@ class OptimizedModel(nn.Module):
                 if first:  # the first call of a shape compiles it: under the lock
                     try:
                         out = compiled(x)
-                    except torch._dynamo.exc.FailOnRecompileLimitHit:  # other strides or dtypes took the entries
+                    except _limit_hit():  # other strides or dtypes took the entries
+                        self._eager_shapes.add(key)
                         return self._eager_beyond_the_shapes(x, cast, "torch's recompile limit is reached")
                     except torch._dynamo.exc.Unsupported as error:
                         self.refresh()
@@ -400,7 +433,7 @@ class OptimizedModel(nn.Module):
             if not first:
                 try:
                     out = compiled(x)
-                except torch._dynamo.exc.FailOnRecompileLimitHit:  # a known shape in another stride or dtype
+                except _limit_hit():  # a known shape in another stride or dtype
                     return self._eager_beyond_the_shapes(x, cast, "torch's recompile limit is reached")
         if self.mode == "reduce-overhead":  # CUDA graphs reuse their output buffers on the next call
             out = _map_tensors(out, torch.Tensor.clone)
@@ -428,8 +461,9 @@ def optimize(
     Returns:
         An :class:`OptimizedModel`: call it with images in any dtype; outputs come back in the input's float
         dtype (float32 for integer images). Each input shape compiles on its first call, up to torch's
-        recompile limit (``torch._dynamo.config.recompile_limit``); further shapes run eager, with a warning. Float32 eager is bit-exact, float32 compiled within ~1e-5 of eager;
-        bf16 logits are within ~1e-2 relative error of float32.
+        recompile limit (``torch._dynamo.config.recompile_limit``); further shapes run eager, with a warning.
+        Float32 eager is bit-exact, float32 compiled within ~1e-5 of eager; bf16 logits are within ~1e-2
+        relative error of float32.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"swin.optimize takes a torch.nn.Module, got {type(model).__name__}")

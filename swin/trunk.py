@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -190,6 +192,8 @@ class SwinTrunk(nn.Module):
             return
         sizes = config.stage_sizes(height, width)
         for i, built, configured in shrunk:
+            if i >= self.num_layers:  # a backbone that outputs earlier stages does not build the later ones
+                break
             if any(side > b and c > b for side, b, c in zip(sizes[i], built, configured, strict=True)):
                 self._warned_of_windows_for = config
                 h, w = config.img_size
@@ -202,7 +206,7 @@ class SwinTrunk(nn.Module):
                     f"img_size=({height}, {width}), pretrained=...) or model.set_input_size(img_size=({height}, "
                     f"{width}), window_size={config.window_size!r})",
                     UserWarning,
-                    stacklevel=4,
+                    stacklevel=_caller_stacklevel(),
                 )
                 return
 
@@ -403,6 +407,20 @@ class SwinTrunk(nn.Module):
 def add_position_embedding(x: torch.Tensor, table: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     """(B, H, W, C) plus the absolute position embedding ``table`` learnt on a ``grid`` of patches."""
     return x + resized_position_embedding(table, grid, (x.shape[1], x.shape[2]))
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning raised in the caller of this function at the first frame outside
+    this package and torch (the user's line that called the model), however deep the forward path."""
+    modules = [module for name, module in list(sys.modules.items()) if name == "swin" or name.startswith("swin.")]
+    folders = {
+        os.path.dirname(os.path.abspath(module.__file__)) for module in modules if getattr(module, "__file__", None)
+    }
+    inside = tuple(folder + os.sep for folder in {*folders, os.path.dirname(torch.__file__)})
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @functools.lru_cache(maxsize=64)

@@ -195,6 +195,8 @@ def test_backbone_options_of_the_wrong_type_name_it(option, pattern):
     """1.5 failed inside range() with Python's own message; 'yes' was taken as true."""
     with pytest.raises(TypeError, match=pattern):
         swin.create_model("swin_t", features_only=True, depths=(1, 1, 1, 1), **option)
+    for yes in (1, np.bool_(True)):  # mmdetection configs' spellings of true stay true
+        assert swin.create_model("swin_t", features_only=True, depths=(1, 1, 1, 1), norm_eval=yes).norm_eval is True
 
 
 def test_out_indices_without_features_only_is_an_error():

@@ -79,6 +79,7 @@ def test_unknown_name_suggests_close_ones():
         ({"windowsize": 7}, "unknown config field.*windowsize.*did you mean windowsize: window_size"),
         ({"features_only": True, "frozen_stage": 1}, r"did you mean frozen_stage: frozen_stages\?"),
         ({"trainable_layers": 3}, r"trainable_layers: frozen_stages \(torchvision's"),
+        ({"global_pol": "max"}, r"did you mean global_pol: global_pool\?"),
         ({"zzz": 3}, r"\['zzz'\]; valid fields are .*with features_only=True the backbone's options \['frozen_stages'"),
     ],
 )

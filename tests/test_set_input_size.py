@@ -195,9 +195,13 @@ def test_a_window_shrunk_at_the_built_size_is_said_at_a_larger_input():
         with pytest.warns(UserWarning, match=r"stage 4's window shrank to its 8x8 map .* has 16x16") as said:
             differs = (ours(x) - timm_at_512(x)).abs().max()
         assert differs > 1e-3 and len(said) == 1  # float32 parity with timm: ~1e-6
+        assert said[0].filename == __file__  # pointed at the caller's line, not the package's
         ours(x)  # once per model
         advised = swin.create_model("swinv2_t_w16", img_size=(512, 512), **SMALL).eval()
         advised.load_state_dict(ours.state_dict())
         torch.testing.assert_close(advised(x), timm_at_512(x), atol=1e-4, rtol=1e-4)
         backbone = swin.create_model("swinv2_t_w16", features_only=True, **SMALL).eval()  # windows kept whole
         backbone(x)
+        # stage 4 not built: nothing it does can differ (it was named in the warning)
+        early = swin.create_model("swinv2_t_w16", features_only=True, semantics="classification", out_indices=(0, 1))
+        early.eval()(x)

@@ -54,11 +54,16 @@ def _size(value: str) -> tuple[int, int]:
 def _sizes(value: str) -> list[tuple[int, int]]:
     """``224,512,1024`` (squares) or ``224,800x1333``."""
     try:
-        return [parse_size(item) for item in value.split(",") if item.strip()] or [parse_size(value)]
+        sizes = [parse_size(item) for item in value.split(",") if item.strip()] or [parse_size(value)]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--sweep takes image sides separated by commas, e.g. 224,512,1024 or 224,800x1333; got {value!r}"
         ) from None
+    if len(set(sizes)) != len(sizes) or len(sizes) < 2:  # a one-point sweep's slopes and x columns say nothing
+        raise argparse.ArgumentTypeError(
+            f"--sweep compares two or more different sizes, e.g. 224,512,1024; got {value!r} (one size: --img-size)"
+        )
+    return sizes
 
 
 # --window: the window of the model counted, at most MAX_WINDOW; --measure-time: how many forwards are timed
@@ -507,6 +512,11 @@ def cmd_flops(args) -> int:
             return cmd_stage_time(args, name)
         if args.img_size is not None and (args.sweep or args.plot):
             _refuse_img_size(args)
+        if args.flops and args.format == "json":
+            raise ValueError(
+                "--format json gives MACs and FLOPs both (its 'macs' and 'flops' entries): leave out --flops, which "
+                "switches the table, markdown and csv figures to FLOPs"
+            )
         if args.plot:
             plot_format(args.plot)  # before the sweep, which takes a while
         if args.sweep or args.plot:

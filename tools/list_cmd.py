@@ -113,6 +113,8 @@ def cmd_info(args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     print(f"{name}" + (f" (aliases: {', '.join(config.aliases)})" if config.aliases else ""))
+    if config.version == 2:  # V1 is the default these fields describe
+        print(f"  {'version':<15} 2 (Swin V2: pretrained_window_sizes {list(config.pretrained_window_sizes)})")
     for key in (
         "img_size",
         "patch_size",
@@ -148,8 +150,8 @@ def cmd_info(args) -> int:
     for s in info["stages"]:
         h, w = s["resolution"]
         print(
-            f"  stage {s['stage']}: {h}x{w} tokens, {s['channels']} channels, {s['depth']} blocks, "
-            f"window {s['window'][0]}x{s['window'][1]}"
+            f"  stage {s['stage']}: {h}x{w} tokens, {s['channels']} channels, {s['depth']} "
+            f"block{'' if s['depth'] == 1 else 's'}, window {s['window'][0]}x{s['window'][1]}"
         )
     return 0
 

@@ -16,9 +16,12 @@ from .export_windows import Windows, block_windows
 __all__ = ["refuse_what_target_lacks", "refuse_what_the_model_runs_otherwise", "stage_size_problem"]
 
 
-def refuse_what_target_lacks(sd: Mapping[str, torch.Tensor], target: str, windows: Windows | None) -> None:
+def refuse_what_target_lacks(
+    sd: Mapping[str, torch.Tensor], target: str, windows: Windows | None, model: nn.Module | None = None
+) -> None:
     """A ValueError naming what the state dict ``sd`` (our layout) holds and ``target``'s Swin has no place
-    for, and where to export it instead; ``windows``: the model's, where it was given."""
+    for, and where to export it instead; ``windows`` and ``model``: the model's, where it was given (the
+    targets named instead are those that take it)."""
     if target == "timm" and "absolute_pos_embed" in sd:
         raise ValueError(
             "timm's Swin has no absolute position embedding (ape): its strict load refuses absolute_pos_embed and a "
@@ -37,7 +40,7 @@ def refuse_what_target_lacks(sd: Mapping[str, torch.Tensor], target: str, window
         )
     if target != "torchvision":
         return
-    instead = "; export to 'official' or 'transformers' instead"
+    instead = "; export to " + " or ".join(repr(t) for t in _taking(sd, windows, model, "transformers")) + " instead"
     conv = sd.get("patch_embed.proj.weight")
     if conv is not None and conv.shape[1] != 3:
         raise ValueError(f"torchvision's Swin takes 3 input channels and this model {conv.shape[1]}" + instead)
@@ -61,21 +64,38 @@ def refuse_what_target_lacks(sd: Mapping[str, torch.Tensor], target: str, window
         shown = ", ".join(f"{h}x{w}" for h, w in distinct)
         raise ValueError(
             f"torchvision's Swin takes one window for every stage, and this model's stages have windows {shown} (a "
-            "window shrunk to a smaller map, or per-stage windows)" + instead.replace("'transformers'", "'timm'")
+            "window shrunk to a smaller map, or per-stage windows)"
+            + "; export to "
+            + " or ".join(repr(t) for t in _taking(sd, windows, model, "timm"))
+            + " instead"
         )
 
 
-def _swin_model(model: nn.Module) -> nn.Module:
-    """Our model inside ``model`` (itself, or under a wrapper: DDP, swin.optimize)."""
-    return next(m for m in model.modules() if hasattr(m, "config") and hasattr(m, "semantics"))
+def _taking(sd: Mapping[str, torch.Tensor], windows: Windows | None, model: nn.Module | None, other: str) -> list[str]:
+    """'official' and ``other`` where that library takes the model too (its checks pass)."""
+    try:
+        refuse_what_target_lacks(sd, other, windows)
+        if model is not None:
+            refuse_what_the_model_runs_otherwise(model, other)
+    except ValueError:
+        return ["official"]
+    return ["official", other]
+
+
+def _swin_model(model: nn.Module) -> nn.Module | None:
+    """Our model inside ``model`` (itself, or under a wrapper: DDP, swin.optimize); None for a module that holds
+    our layers without one (its weights are checked as a state dict's)."""
+    return next((m for m in model.modules() if hasattr(m, "config") and hasattr(m, "semantics")), None)
 
 
 def refuse_what_the_model_runs_otherwise(model: nn.Module, target: str) -> None:
     """Given the model, not only its weights: what timm's, torchvision's or transformers' model would compute
     otherwise although every weight loads (a pooling of ours, other rules for small or padded maps at the model's
     size)."""
+    ours = _swin_model(model)
+    if ours is None:
+        return
     if target == "timm":  # whose pooling options are ours; its rules for small and padded maps are classification's
-        ours = _swin_model(model)
         if ours.semantics != "classification":
             raise ValueError(
                 f"the model runs with {ours.semantics} semantics and timm's Swin (classifier and features_only) with "
@@ -86,7 +106,6 @@ def refuse_what_the_model_runs_otherwise(model: nn.Module, target: str) -> None:
     if target not in ("torchvision", "transformers"):
         return
     library = "torchvision's Swin" if target == "torchvision" else "transformers' Swin"
-    ours = _swin_model(model)
     backbone = hasattr(ours, "out_indices")
     pool = getattr(ours, "global_pool", "avg")
     if not backbone and getattr(ours, "num_classes", 0) and pool != "avg":
@@ -103,15 +122,15 @@ def refuse_what_the_model_runs_otherwise(model: nn.Module, target: str) -> None:
                 "features; export to 'official'"
             )
         return
-    if target == "transformers" and not isinstance(ours.config.window_size, int):
-        raise ValueError(
-            f"window_size={ours.config.window_size!r}: transformers' Swin takes one square window for every stage; "
-            "export to 'official' or 'timm'"
-        )
     if ours.semantics != "classification":
         raise ValueError(
             f"the model runs with {ours.semantics} semantics and the {library} classifier with the classification "
             "rules (windows shrunk to small maps, no shift there); export one built with the default semantics"
+        )
+    if target == "transformers" and not isinstance(ours.config.window_size, int):
+        raise ValueError(
+            f"window_size={ours.config.window_size!r}: transformers' Swin takes one square window for every stage; "
+            "export to 'official' or 'timm'"
         )
     problem = stage_size_problem(ours.config, target)
     if problem:

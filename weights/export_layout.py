@@ -49,7 +49,7 @@ def export(state_dict: Mapping | nn.Module, target: str = "official") -> dict[st
     sd = unwrap(state_dict)
     passthrough = {k: v for k, v in sd.items() if k in sd.passthrough}
     trunk = {k: v for k, v in sd.items() if k not in sd.passthrough}
-    refuse_what_target_lacks(trunk, target, windows)
+    refuse_what_target_lacks(trunk, target, windows, model)
     if model is not None:
         refuse_what_the_model_runs_otherwise(model, target)
     for transform in layout.from_ours_before:

@@ -92,6 +92,14 @@ def test_info_shows_tags_accuracy_params_and_gmacs(capsys):
     assert main(["info", "swin_t"]) == 0
     out = capsys.readouterr().out
     assert "GMACs" in out and "GFLOPs = 2 x GMACs" in out and "ms_in22k_ft_in1k" in out and "top-1 81.20" in out
+    assert "version" not in out and "stage 1: 56x56 tokens, 96 channels, 2 blocks" in out
+
+
+def test_info_of_a_swin_v2_model_says_so(capsys):
+    """The table gave a V2 model's fields as a V1's (version and pretrained windows in the JSON only)."""
+    assert main(["info", "swinv2_b_w12to16_256"]) == 0
+    out = capsys.readouterr().out
+    assert "version         2 (Swin V2: pretrained_window_sizes [12, 12, 12, 6])" in out
 
 
 @pytest.fixture(autouse=True)

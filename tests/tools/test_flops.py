@@ -141,7 +141,7 @@ def test_plot_png(capsys, tmp_path):
 
 def test_plot_without_matplotlib(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    code, _, err = run(capsys, "swin_t", "--sweep", "224", "--plot", str(tmp_path / "x.png"), "--no-measure")
+    code, _, err = run(capsys, "swin_t", "--sweep", "64,96", "--plot", str(tmp_path / "x.png"), "--no-measure")
     assert code == 2 and "pip install matplotlib" in err
     assert not (tmp_path / "x.png").exists()
 
@@ -154,6 +154,8 @@ def test_plot_without_matplotlib(capsys, tmp_path, monkeypatch):
         (["--img-size", "224,0"], "image size must be positive"),
         (["--window", "0"], "--window must be a positive integer"),
         (["--sweep", "224,big"], "--sweep takes image sides"),
+        (["--sweep", "224"], "--sweep compares two or more different sizes"),  # a one-point sweep printed
+        (["--sweep", "224,512,224"], "--sweep compares two or more different sizes"),  # a row twice
     ],
 )
 def test_bad_arguments(capsys, argv, message):
@@ -161,6 +163,12 @@ def test_bad_arguments(capsys, argv, message):
         main(["flops", "swin_t", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_flops_with_json_is_refused_naming_its_entries(capsys):
+    """--flops changed nothing in the JSON (which carries both): it said nothing either."""
+    code, out, err = run(capsys, "swin_t", "--flops", "--format", "json", "--no-measure")
+    assert code == 2 and out == "" and "its 'macs' and 'flops' entries" in err
 
 
 def test_image_smaller_than_a_patch(capsys):
@@ -197,7 +205,7 @@ def test_plot_dpi(capsys, tmp_path):
     sizes = []
     for dpi in (50, 100):
         path = tmp_path / f"p{dpi}.png"
-        assert run(capsys, "swin_t", "--sweep", "224", "--plot", str(path), "--no-measure", "--dpi", str(dpi))[0] == 0
+        assert run(capsys, "swin_t", "--sweep", "64,96", "--plot", str(path), "--no-measure", "--dpi", str(dpi))[0] == 0
         sizes.append(struct.unpack(">II", path.read_bytes()[16:24]))  # the PNG IHDR width and height
     assert sizes[1] == (2 * sizes[0][0], 2 * sizes[0][1])
 
@@ -233,7 +241,7 @@ def test_dpi_is_checked_before_the_sweep(capsys, tmp_path, monkeypatch, dpi, ext
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
-@pytest.mark.parametrize("extra", [["--sweep", "224"], ["--measure-time", "1", "--img-size", "64"]])
+@pytest.mark.parametrize("extra", [["--sweep", "64,96"], ["--measure-time", "1", "--img-size", "64"]])
 def test_plot_never_writes_through_links_or_into_fifos(capsys, tmp_path, monkeypatch, kind, extra):
     monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
     monkeypatch.setattr("swin.tools.stage_time.measure_stage_times", lambda *a, **k: pytest.fail("the timing ran"))
@@ -264,7 +272,7 @@ def test_interrupted_plot_leaves_the_old_file_and_no_partial_one(capsys, tmp_pat
     monkeypatch.setattr(Figure, "savefig", half_then_interrupted)
     out = tmp_path / "cost.svg"
     out.write_bytes(b"the previous plot")
-    code, _, err = run(capsys, "swin_t", "--sweep", "224", "--no-measure", "--plot", str(out))
+    code, _, err = run(capsys, "swin_t", "--sweep", "64,96", "--no-measure", "--plot", str(out))
     assert code == 130 and "interrupted" in err
     assert out.read_bytes() == b"the previous plot"
     assert [p.name for p in tmp_path.iterdir()] == ["cost.svg"]
@@ -291,9 +299,9 @@ def test_large_sizes_keep_the_columns_apart(capsys):
 def test_img_size_with_sweep_is_refused(capsys, monkeypatch):
     """--sweep gives the sizes: an --img-size beside it used to be ignored without a word."""
     monkeypatch.setattr("swin.tools.flops_cmd.sweep", lambda *a, **k: pytest.fail("the sweep ran"))
-    code, out, err = run(capsys, "swin_t", "--sweep", "224", "--img-size", "300")
+    code, out, err = run(capsys, "swin_t", "--sweep", "224,512", "--img-size", "300")
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "--img-size does not apply to --sweep" in err and "--sweep 224,300" in err
+    assert "--img-size does not apply to --sweep" in err and "--sweep 224,512,300" in err
 
 
 def test_img_size_with_plot_says_what_a_sweep_takes(capsys, monkeypatch, tmp_path):

@@ -203,3 +203,24 @@ def test_a_detection_semantics_model_is_refused_for_timm_which_would_compute_oth
     model = swin.create_model("swin_t", features_only=True, **backbone) if features_only else ours
     with pytest.raises(ValueError, match="runs with detection semantics and timm's Swin .* export to 'official'"):
         export(model, "timm")
+
+
+def test_a_module_holding_our_layers_without_our_model_exports():
+    """A module of the user's given swin's layers (no SwinTrunk in it) exports as its state dict does (the model
+    checks raised a bare StopIteration)."""
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10)
+    holder = torch.nn.Module()
+    for name in ("patch_embed", "layers", "norm", "head"):
+        setattr(holder, name, getattr(model, name))
+    assert export(holder, "timm").keys() == export(model.state_dict(), "timm").keys()
+
+
+def test_the_library_named_instead_takes_the_model():
+    """A detection-semantics model with per-stage windows: torchvision's refusal named 'timm', which refuses
+    detection semantics."""
+    model = swin.create_model("swin_t", semantics="detection", window_size=[7, 7, 7, 5], depths=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match=r"per-stage windows\); export to 'official' instead"):
+        export(model, "torchvision")
+    classifier = swin.create_model("swin_t", window_size=[7, 7, 7, 5], depths=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match=r"export to 'official' or 'timm' instead"):
+        export(classifier, "torchvision")
