@@ -360,14 +360,18 @@ def _quiet(logger_name: str) -> Iterator[None]:
 
 
 # What a runtime needs to prepare images as the model expects (timm's pretrained_cfg keys).
-PREPROCESSING_KEYS = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
+_PREPROCESSING_KEYS = ("input_size", "resize_size", "crop_pct", "crop_mode", "interpolation", "mean", "std")
+
+
+def preprocessing_metadata(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The preprocessing entries of a data config (``swin.data_config``'s), for an ONNX file's metadata."""
+    return {key: config[key] for key in _PREPROCESSING_KEYS if config.get(key) is not None}
 
 
 def _preprocessing(model: nn.Module) -> dict[str, Any]:
     from .weights.data_config import data_config
 
-    config = data_config(model)
-    return {key: config[key] for key in PREPROCESSING_KEYS if config.get(key) is not None}
+    return preprocessing_metadata(data_config(model))
 
 
 def export_onnx(

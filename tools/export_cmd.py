@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..atomic import atomic_output, check_output
-from ..export import PREPROCESSING_KEYS, SIZE_MULTIPLE, check_size_ranges, export_onnx, export_program, static_shape
+from ..export import SIZE_MULTIPLE, check_size_ranges, export_onnx, export_program, preprocessing_metadata, static_shape
 from ..factory import create_model, entry_model
 from ..registry import resolve_name
 from ..weights.user_weights import load_weights, preprocessing_for
@@ -126,7 +126,7 @@ def _metadata(args, model, weights) -> dict[str, Any]:
 
     metadata.update(weights=os.path.basename(weights.name), layout=weights.layout)
     config = preprocessing_for(metadata["model"], weights.entry, weights.layout) or data_config(model)
-    metadata.update({key: config[key] for key in PREPROCESSING_KEYS if config.get(key) is not None})
+    metadata.update(preprocessing_metadata(config))
     return metadata
 
 
@@ -188,7 +188,7 @@ def _export_described(args) -> int:
         metadata["num_classes"] = model.num_classes
     if not args.random_weights:
         config = data_config(model)
-        metadata.update({key: config[key] for key in PREPROCESSING_KEYS if config.get(key) is not None})
+        metadata.update(preprocessing_metadata(config))
     _write(args, model, plan, [], None if _is_program(args.output) else metadata)
     _summary(args, model, plan, "RANDOM weights (--random-weights)" if args.random_weights else "its own weights")
     return 0
