@@ -262,6 +262,26 @@ def test_a_users_torch_function_mode_sees_every_linear_call(onednn):
     assert CountLinear.calls == LINEARS + 1 and onednn == []  # the head too
 
 
+def test_onednn_without_a_kernel_for_this_cpu_leaves_linear_to_aten(monkeypatch):
+    """A oneDNN that cannot build a float32 inner product on this CPU makes the probe say ATen (it raised from
+    the first forward of every model instead), and the model still computes F.linear's function."""
+
+    def no_kernel(*args, **kwargs):
+        raise RuntimeError("could not create a primitive descriptor for the inner product forward propagation")
+
+    model = _model(num_classes=10).eval()
+    x = torch.randn(1, 3, 224, 224)
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", False)  # F.linear throughout
+    with torch.no_grad():
+        expected = model(x)
+    monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", None)
+    monkeypatch.setattr(linear_kernel, "_MEASURED", {})
+    monkeypatch.setattr(linear_kernel, "_onednn", no_kernel)
+    assert linear_kernel.onednn_pays() is False
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+
+
 def test_choice_is_timed_once_leaving_no_trace_and_can_be_set(monkeypatch):
     monkeypatch.setattr(linear_kernel, "ONEDNN_LINEAR", None)
     monkeypatch.setattr(linear_kernel, "_MEASURED", {})

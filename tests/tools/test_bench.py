@@ -416,3 +416,15 @@ def test_an_amx_cpu_says_whether_the_kernel_lets_this_process_use_it(monkeypatch
     monkeypatch.setattr("swin.optimized.cpu_features", lambda: {**real(), "amx_bf16": True})
     line = machine.describe(machine.machine_info())
     assert f"AMX-BF16 yes {said}" in line
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_rate_is_atens_where_onednn_has_no_kernel_for_the_dtype(monkeypatch, dtype):
+    """On an AVX2-only CPU oneDNN has no bfloat16 inner product ("could not create a primitive descriptor"):
+    the rate is ATen's alone there, as the whole bench stopped at its first line."""
+
+    def no_kernel(a, b):
+        raise RuntimeError("could not create a primitive descriptor for the inner product forward propagation")
+
+    monkeypatch.setattr(bench, "_onednn_matmul", no_kernel)
+    assert bench.matmul_rate(dtype, size=64, rounds=1) > 0
