@@ -335,6 +335,8 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": time.perf_counter() - start,
     }
     if rank == 0 and args.output is not None:
+        if dataset is not None:  # the head's classes by name, so that predict and validate read them from the folder
+            bare.pretrained_cfg = {**bare.pretrained_cfg, "label_names": list(dataset.classes)}
         args.output.mkdir(parents=True, exist_ok=True)
         torch.save(bare.state_dict(), args.output / "model.pth")
         (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -144,6 +144,10 @@ def test_num_classes_defaults_to_the_folders(folder, tmp_path, monkeypatch, one_
     metrics = load_example().main([*DATA_ARGS, "--data", str(folder), "--batch-size", "2", "--output", str(out)])
     assert metrics["steps"] == 1
     assert torch.load(out / "model.pth", weights_only=True)["head.weight"].shape[0] == 3
+    # the timm folder names the classes by their folders, as timm reads them (predict and validate use them)
+    import timm
+
+    assert timm.create_model(f"local-dir:{out / 'hf'}").pretrained_cfg["label_names"] == ["cat", "dog", "eel"]
 
 
 def test_an_epoch_without_a_batch_is_an_error():

@@ -64,7 +64,7 @@ def read_image(path: str, folder_hint: str = ""):
         raise ValueError(f"{path}: {error}") from None
     except UnsupportedImageError as error:
         raise ValueError(f"{path}: {error}") from None
-    except (OSError, SyntaxError) as error:  # PIL's UnidentifiedImageError included
+    except (OSError, SyntaxError, ValueError) as error:  # PIL's UnidentifiedImageError; damaged data PIL refuses
         raise ValueError(f"{path} is not an image PIL can read ({error})") from None
 
 

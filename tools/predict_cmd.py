@@ -118,7 +118,16 @@ def _predict_described(args) -> int:
     with torch.inference_mode():
         probabilities = model(create_transform(config)(image).unsqueeze(0)).softmax(dim=-1)[0]
     cfg = model.pretrained_cfg
-    names = cfg.get("label_names") or class_names(cfg) or [f"class {i}" for i in range(model.num_classes)]
+    names = cfg.get("label_names")
+    if names and len(names) != model.num_classes:  # by index, a shorter list failed, a longer one was off by the gap
+        raise ValueError(
+            f"{args.model}: its config.json lists {len(names)} class names (label_names) for a "
+            f"{model.num_classes}-class head; make label_names one name per class, in the head's order"
+        )
+    if not names:  # the tag's label set, where it names this head's classes
+        names = class_names(cfg)
+        if names is None or len(names) != model.num_classes:
+            names = [f"class {i}" for i in range(model.num_classes)]
     descriptions = cfg.get("label_descriptions") or {}
     names = [descriptions.get(name, name) for name in names]
     file = cfg.get("file")

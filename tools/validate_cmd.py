@@ -92,9 +92,9 @@ def find_images(root: str | os.PathLike) -> dict[str, list[Path]]:
 def class_indices(
     folders: list[str], num_classes: int, labels: str | None = None, names: list[str] | None = None
 ) -> dict[str, int]:
-    """The head's class index of each folder: a WordNet id of the head's label set (timm's ImageNetInfo: a
-    1000-class head reads ImageNet-1k's sorted ids, a 21,841-class head ImageNet-22k's), one of the model's own
-    class ``names`` (a hub repository's labels), or an integer index.
+    """The head's class index of each folder: one of the model's own class ``names`` (a hub repository's labels,
+    first: their order is the head's), a WordNet id of the head's label set (timm's ImageNetInfo: a 1000-class
+    head reads ImageNet-1k's sorted ids, a 21,841-class head ImageNet-22k's), or an integer index.
 
     Raises:
         DatasetError: naming every folder that maps to no class of the head.
@@ -103,10 +103,10 @@ def class_indices(
     own = {name: i for i, name in enumerate(names or []) if i < num_classes}
     mapping, unmapped = {}, []
     for folder in folders:
-        if folder in wordnet:
-            mapping[folder] = wordnet[folder]
-        elif folder in own:
+        if folder in own:  # the model's own names first: a hub head's order is its own, not ImageNet's
             mapping[folder] = own[folder]
+        elif folder in wordnet:
+            mapping[folder] = wordnet[folder]
         elif folder.isdigit() and int(folder) < num_classes:
             mapping[folder] = int(folder)
         else:
@@ -162,16 +162,19 @@ class ImageFolder(Dataset):
 
         path, target = self.samples[index]
         try:
-            image = open_rgb(path)  # 16-bit and float images rescaled to 8 bits
-            if self.config is not None:
-                check_resized_size(image, self.config, path)
-            return self.transform(image), target
+            image = open_rgb(path)  # loaded and decoded here; 16-bit and float images rescaled to 8 bits
         except UnsupportedImageError as error:  # a depth with no range to map to 8 bits
             raise DatasetError(f"{path}: {error}; or remove it, and run again") from None
-        except ImageTooElongatedError as error:  # the message names the path
-            raise DatasetError(f"{error}; or remove it, and run again") from None
-        except (OSError, Image.DecompressionBombError) as error:  # truncated or not an image at all
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+            # truncated, not an image at all, or damaged data PIL's decoders refuse (SyntaxError "broken PNG
+            # file", ValueError "tile cannot extend outside image")
             raise DatasetError(f"{path}: not a readable image ({error}); remove or replace it and run again") from None
+        if self.config is not None:
+            try:
+                check_resized_size(image, self.config, path)
+            except ImageTooElongatedError as error:  # the message names the path
+                raise DatasetError(f"{error}; or remove it, and run again") from None
+        return self.transform(image), target
 
 
 @dataclass

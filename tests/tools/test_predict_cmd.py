@@ -276,3 +276,23 @@ def test_a_repository_name_that_cannot_classify_says_what_the_commands_take(tmp_
     assert status and "swin export NAME OUT --random-weights exports the described model" in err
     status, _, err = predict(capsys, image, "--model", f"local-dir:{tmp_path}")  # a folder, no config.json
     assert status and "a checkpoint file goes with its architecture's name (swin_t, ...) and --weights FILE" in err
+
+
+def test_class_names_that_do_not_fit_the_head_are_refused(tmp_path, capsys):
+    """A timm folder whose config.json lists fewer class names than its head has: an IndexError before; more
+    names: labels silently off by the gap. Either is refused naming label_names."""
+    import swin
+
+    torch.manual_seed(0)
+    model = swin.create_model("swin_t", num_classes=3, depths=(1, 1, 1, 1))
+    model.pretrained_cfg = {**model.pretrained_cfg, "label_names": ["cat", "dog", "eel"]}
+    swin.save_for_hf(model, tmp_path / "model")
+    image = tmp_path / "image.png"
+    Image.new("RGB", (64, 64), (20, 90, 200)).save(image)
+    status, out, _ = predict(capsys, str(image), "--model", f"local-dir:{tmp_path / 'model'}", "--format", "json")
+    assert status == 0 and {row["label"] for row in json.loads(out)["top"]} == {"cat", "dog", "eel"}
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    for names in (["cat", "dog"], ["cat", "dog", "eel", "owl"]):
+        (tmp_path / "model" / "config.json").write_text(json.dumps({**config, "label_names": names}))
+        status, _, err = predict(capsys, str(image), "--model", f"local-dir:{tmp_path / 'model'}")
+        assert status == 1 and f"lists {len(names)} class names (label_names) for a 3-class head" in err

@@ -361,3 +361,36 @@ def test_a_transformers_folder_is_scored_with_its_classes_and_processor(tmp_path
     assert result["preprocessing"]["crop_mode"] == "squash"
     code, _, err = run(capsys, f"local-dir:{tmp_path / 'model'}", "--data", tmp_path / "data", "--weights", "x.pth")
     assert code and "names its own weights" in err
+
+
+def test_the_models_own_class_names_come_before_imagenets_order():
+    """A 1000-class hub head whose label_names are WordNet ids in its own order: a folder is its index in that
+    order (ImageNet-1k's sorted order was taken first, silently scoring against other classes)."""
+    from swin.tools.validate_cmd import class_indices
+
+    own = sorted(timm.data.ImageNetInfo("imagenet-1k").label_names())[::-1]
+    assert class_indices([own[0], own[999]], 1000, None, names=own) == {own[0]: 0, own[999]: 999}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [SyntaxError("broken PNG file (bad header checksum in IDAT)"), ValueError("tile cannot extend outside image")],
+)
+def test_a_damaged_image_pil_refuses_is_named(tmp_path, monkeypatch, error):
+    """PIL's decoders refuse some damaged files with SyntaxError or ValueError, not OSError: the error names the
+    file (it reached the command as a bare "SyntaxError: broken PNG file"); the same in predict's read_image."""
+    from swin.tools import images
+    from swin.tools.validate_cmd import DatasetError, ImageFolder
+
+    path = tmp_path / "0" / "damaged.png"
+    path.parent.mkdir()
+    Image.new("RGB", (8, 8)).save(path)
+
+    def damaged(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(images, "open_rgb", damaged)
+    with pytest.raises(DatasetError, match="damaged.png: not a readable image"):
+        ImageFolder({"0": [path]}, {"0": 0}, transform=lambda image: image)[0]
+    with pytest.raises(ValueError, match="damaged.png is not an image PIL can read"):
+        images.read_image(str(path))
