@@ -3,18 +3,19 @@
 The blocks are the paper's equations and run their submodules only through ``forward``, so a user's
 wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things here choose how:
 
-- :func:`image_chunks`: CPU inference in pieces of a few images. On Linux, glibc serves allocations above
-  32 MiB (its largest mmap threshold on 64-bit) with fresh pages from the kernel on every call, and the first
-  write to each page faults; a swin_t batch of 8 at 224 makes a 36.8 MiB MLP hidden tensor in each stage-1
-  block. Images are independent through the whole trunk (LayerNorm is per token), so the model's forward
-  runs on slices of the batch, each small enough that no intermediate passes :data:`CHUNK_BYTES`, and the
-  outputs are the same ops on the same rows. Used only in evaluation without autograd (under autograd each
-  piece would be saved for backward anyway), on CPU (CUDA's caching allocator has no such cost), without
-  autocast, untraced (neither compiled nor ``torch.jit.trace``), with every submodule in eval mode, when no
-  submodule has forward hooks (a hook must see the whole batch once, and FLOP
-  counters attribute work through hooks), and when every submodule is one of ours or torch's own layers: a
-  module of the user's may depend on the whole batch (dynamic quantization takes each call's activation
-  range), so a model holding one runs the batch at once; so does a model run under a torch-function or
+- :func:`image_chunks`: CPU inference in pieces of a few images. On Linux, glibc serves allocations above 32 MiB
+  (its largest mmap threshold on 64-bit) with fresh pages from the kernel on every call, and the first write to each
+  page faults; a swin_t batch of 8 at 224 makes a 36.8 MiB MLP hidden tensor in each stage-1 block. Images are
+  independent through the whole trunk (LayerNorm is per token), so the model's forward runs on slices of the batch,
+  each small enough that no intermediate passes :data:`CHUNK_BYTES`, and the outputs are the same ops on the same
+  rows. Where the process started with glibc keeping larger blocks in its heap (``MALLOC_MMAP_THRESHOLD_`` and
+  ``MALLOC_TRIM_THRESHOLD_`` raised, :mod:`swin.layers.allocator`), there is nothing to avoid up to that size, and
+  the batch runs whole. Used only in evaluation without autograd (under autograd each piece would be saved for
+  backward anyway), on CPU (CUDA's caching allocator has no such cost), without autocast, untraced (neither compiled
+  nor ``torch.jit.trace``), with every submodule in eval mode, when no submodule has forward hooks (a hook must see
+  the whole batch once, and FLOP counters attribute work through hooks), and when every submodule is one of ours or
+  torch's own layers: a module of the user's may depend on the whole batch (dynamic quantization takes each call's
+  activation range), so a model holding one runs the batch at once; so does a model run under a torch-function or
   dispatch mode of the user's, or with a ``torch.nn.functional`` function or a method of ours replaced
   (:func:`users_code_around`, :func:`plain`). What it gains: ``swin bench --unchunked``.
 - :func:`window_sdpa`: the attention kernel call for windows, eager or traced: in bf16 inference on a CPU with
@@ -43,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
-from . import window_kernel
+from . import allocator, window_kernel
 
 __all__ = [
     "CHUNK_BYTES",
@@ -81,7 +82,9 @@ def image_chunks(model: torch.nn.Module, x: torch.Tensor, bytes_per_image: Calla
         return None
     if any(module.training for module in model.modules()):
         return None  # a submodule left in training mode may use batch statistics (BatchNorm) or draw dropout
-    per_chunk = max(1, CHUNK_BYTES // max(1, bytes_per_image()))
+    # pieces keep each intermediate under glibc's mmap threshold; where the process started with the heap
+    # keeping larger blocks (allocator.heap_keeps_blocks_up_to), blocks up to that size gain nothing from pieces
+    per_chunk = max(1, max(CHUNK_BYTES, allocator.heap_keeps_blocks_up_to()) // max(1, bytes_per_image()))
     if per_chunk >= batch:
         return None
     pieces = -(-batch // per_chunk)

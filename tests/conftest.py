@@ -104,6 +104,15 @@ def swin_home(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def glibc_default_thresholds(monkeypatch):
+    """Chunked inference as under glibc's defaults, whatever MALLOC_* the suite was started with (raised, the
+    batch would run whole and the tests of pieces would test nothing); tests of the rule patch it themselves."""
+    from swin.layers import allocator
+
+    monkeypatch.setattr(allocator, "heap_keeps_blocks_up_to", lambda: 0)
+
+
+@pytest.fixture(autouse=True)
 def no_hub_registry_fetch(monkeypatch):
     """huggingface_hub 2.x fetches an "agent harness" registry from its import-time endpoint (huggingface.co)
     the first time it builds request headers; tests contact loopback only, so it gets an empty registry."""

@@ -292,24 +292,40 @@ def _relative_error(output: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 def profile_case(case: Case, rounds: int = 3, device: str = "cpu", top: int = 12) -> str:
-    """Where our time goes in ``case``: torch.profiler over ``rounds`` calls after a warm-up, ops by self time,
-    as a markdown table with each op's share of the total."""
+    """Where the time goes in ``case``, ours beside each peer (same weights and input): torch.profiler over
+    ``rounds`` calls of each implementation after a warm-up call, self time per call of each op, as a markdown
+    table of the ``top`` ops (by their largest time in any implementation) with ours's share of its total, and
+    the totals. An op one implementation never calls shows 0."""
     from torch.profiler import ProfilerActivity, profile
 
-    model = _implementations(case, device)["ours"]
-    run = _runner(model, case, "ours", device)
-    x = torch.randn(case.batch, 3, *case.size, device=device)
-    run(x)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
-    with profile(activities=activities) as prof:
-        for _ in range(rounds):
-            run(x)
-    events = [e for e in prof.key_averages() if e.self_device_time_total or e.self_cpu_time_total]
     key = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
-    total = sum(getattr(e, key) for e in events) or 1
-    lines = [f"{case.name}: ours, {rounds} calls profiled", "", "| op | share | ms per call |", "|---|---|---|"]
-    for e in sorted(events, key=lambda e: -getattr(e, key))[:top]:
-        lines.append(f"| {e.key} | {100 * getattr(e, key) / total:.1f}% | {getattr(e, key) / 1e3 / rounds:.1f} |")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    x = torch.randn(case.batch, 3, *case.size, device=device)
+    models = _implementations(case, device)
+    names = ["ours", *(name for name in _PEERS if name in models)]
+    per_call: dict[str, dict[str, float]] = {}  # implementation -> op -> ms per call
+    for name in names:
+        run = _runner(models[name], case, name, device)
+        run(x)
+        with profile(activities=activities) as prof:
+            for _ in range(rounds):
+                run(x)
+        per_call[name] = {e.key: getattr(e, key) / 1e3 / rounds for e in prof.key_averages() if getattr(e, key)}
+    totals = {name: sum(ops.values()) for name, ops in per_call.items()}
+    ops = sorted(
+        {op for each in per_call.values() for op in each},
+        key=lambda op: -max(each.get(op, 0.0) for each in per_call.values()),
+    )[:top]
+    lines = [
+        f"{case.name}: self time per call by op, ms ({rounds} calls of each implementation profiled)",
+        "",
+        "| op | ours share | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for op in ops:
+        share = 100 * per_call["ours"].get(op, 0.0) / (totals["ours"] or 1)
+        lines.append(f"| {op} | {share:.1f}% | " + " | ".join(f"{per_call[n].get(op, 0.0):.1f}" for n in names) + " |")
+    lines.append("| total | 100% | " + " | ".join(f"{totals[n]:.1f}" for n in names) + " |")
     return "\n".join(lines)
 
 
@@ -411,8 +427,8 @@ def _check_options(args) -> None:
         ]
         if ignored:
             raise ValueError(
-                f"--profile profiles ours eager, by op, as a table; it does not take {', '.join(ignored)}: "
-                "leave them out, or leave out --profile to time the implementations"
+                f"--profile profiles ours and the peers eager, by op, as a table; it does not take "
+                f"{', '.join(ignored)}: leave them out, or leave out --profile to time the implementations"
             )
 
 
@@ -639,7 +655,9 @@ def register(sub) -> None:
         action="store_true",
         help="run every implementation under torch.compile (ours also eager, for what compiling gains)",
     )
-    p.add_argument("--profile", action="store_true", help="instead of timing: where our time goes, by op")
+    p.add_argument(
+        "--profile", action="store_true", help="instead of timing: where the time goes, by op, ours beside the peers"
+    )
     p.add_argument(
         "--unchunked", action="store_true", help="also time ours with chunked CPU inference off (what it gains)"
     )

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from swin.layers.allocator import startup_environment
+
 __all__ = ["allocator", "describe", "machine_info"]
 
 
@@ -32,17 +34,6 @@ _GLIBC_MALLOC_ENV = (
 )
 
 
-def _startup_environment() -> dict[str, str]:
-    """The environment the process started with (what the C library read), where Linux shows it; else now's."""
-    try:
-        with open("/proc/self/environ", "rb") as environ:
-            entries = environ.read().split(b"\0")
-    except OSError:
-        return dict(os.environ)
-    pairs = (entry.decode(errors="replace").partition("=") for entry in entries if b"=" in entry)
-    return {key: value for key, _, value in pairs}
-
-
 def allocator() -> str:
     """The C allocator under torch's CPU tensors and the settings it started with. A timing depends on it: with
     glibc's defaults, memory freed at the end of a call at batch 8 goes back to the OS and the next call takes it
@@ -59,7 +50,7 @@ def allocator() -> str:
     libc, version = platform.libc_ver()
     if libc != "glibc":
         return libc or "unknown"
-    environment = _startup_environment()
+    environment = startup_environment()
     settings = [f"{key}={environment[key]}" for key in _GLIBC_MALLOC_ENV if key in environment]
     # (GLIBC_TUNABLES from os.environ: glibc edits the start-up copy as it parses it)
     tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]

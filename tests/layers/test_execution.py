@@ -7,6 +7,8 @@ it to 64 KiB: then every image runs alone, at sizes that are cheap to compare ag
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -151,3 +153,47 @@ def test_a_jit_trace_serves_other_batch_sizes(small_chunks, traced_batch, batch)
         traced = torch.jit.trace(ours, torch.randn(traced_batch, 3, 224, 224), check_trace=False)
         x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(6))
         assert (traced(x) - reference(x)).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize(
+    ("environment", "tunables", "keeps"),
+    [
+        ({}, "", 0),
+        ({"MALLOC_MMAP_THRESHOLD_": "1000000000"}, "", 0),  # freed blocks still trimmed back to the kernel
+        ({"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "1000000000"}, "", 10**9),
+        ({"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1000000000"}, "", 32 << 20),
+        ({}, "glibc.malloc.mmap_threshold=0x4000000:glibc.malloc.trim_threshold=0x8000000", 64 << 20),
+        ({"MALLOC_MMAP_THRESHOLD_": "lots", "MALLOC_TRIM_THRESHOLD_": "1000000000"}, "", 0),
+    ],
+)
+def test_the_heap_keeps_blocks_up_to_both_glibc_thresholds(monkeypatch, environment, tunables, keeps):
+    from swin.layers import allocator
+
+    monkeypatch.setattr(allocator, "startup_environment", lambda: environment)
+    monkeypatch.setenv("GLIBC_TUNABLES", tunables)
+    assert allocator.read_heap_threshold() == keeps
+
+
+@pytest.mark.parametrize(("keeps", "images"), [(0, 4), (32 << 20, 4), (48 << 20, None), (10**9, None)])
+def test_a_heap_that_keeps_the_batchs_blocks_runs_it_whole(monkeypatch, keeps, images):
+    """swin_t's batch of 8 at 224: 8 x 4.6 MiB MLP hidden tensors. Pieces of 4 images keep them under glibc's
+    default mmap threshold; a heap that keeps 37 MiB blocks between calls gains nothing from them (measured on the
+    AVX2 machine: pieces cost 5-9% at batch 8 there, docs/PERFORMANCE.md)."""
+    from swin.layers import allocator
+
+    monkeypatch.setattr(allocator, "heap_keeps_blocks_up_to", lambda: keeps)
+    model = torch.nn.Linear(1, 1).eval()
+    with torch.no_grad():
+        assert execution.image_chunks(model, torch.zeros(8, 1), lambda: 3136 * 384 * 4) == images
+
+
+def test_the_thresholds_are_read_as_the_process_started():
+    """glibc reads them at start-up; the process's own /proc/self/environ is where they are read back."""
+    import subprocess
+    import sys
+
+    code = "from swin.layers import allocator; print(allocator.heap_keeps_blocks_up_to())"
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "900000000"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "900000000"

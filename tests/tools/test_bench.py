@@ -194,13 +194,21 @@ def test_table_lists_ratios():
     assert len(table) == 3 and table[2].startswith("| c | 1.0 | 2.0 |") and "2.0x" in table[2]
 
 
-def test_profile_names_where_the_time_goes():
+def test_profile_names_where_the_time_goes_beside_each_peer():
     report = bench.profile_case(bench.Case("swin_t eval b1", "swin_t", 1, (224, 224)), rounds=1)
     lines = report.splitlines()
-    assert lines[2] == "| op | share | ms per call |" and len(lines) == 4 + 12
+    assert lines[2] == "| op | ours share | ours | timm | timm-fused | torchvision |" and len(lines) == 4 + 12 + 1
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:] for line in lines[4:]}
+    assert all(float(ms) > 0 for ms in rows["total"][1:])
     # the linear layers are most of the work: ATen's addmm (MKL), or oneDNN's linear where the process's timing
-    # chose it (swin.layers.linear_kernel)
-    assert any("addmm" in line or "mkldnn::_linear_pointwise" in line for line in lines)
+    # chose it for ours (swin.layers.linear_kernel); the peers' run on addmm
+    linear = [op for op in rows if "addmm" in op or "mkldnn::_linear_pointwise" in op]
+    assert linear and float(rows["aten::addmm"][2]) > 0 and float(rows["aten::addmm"][4]) > 0
+    ours_linear = sum(float(rows[op][1]) for op in linear)
+    assert ours_linear > 0.3 * float(rows["total"][1])
+    # timm with fused attention calls SDPA; timm without it does not
+    sdpa = next(op for op in rows if "scaled_dot_product" in op and float(rows[op][3]) > 0)
+    assert float(rows[sdpa][2]) == 0
 
 
 def test_peer_ways_keep_the_same_function():
@@ -309,7 +317,7 @@ def test_bench_refuses_options_that_would_be_ignored(capsys):
     assert "--ways auto compiled: auto picks the ways itself and must be given alone" in capsys.readouterr().err
     for argv in (["--compile"], ["--ways", "all"], ["--unchunked"], ["--format", "json"]):
         assert main(["bench", "--profile", *argv]) != 0
-        assert f"--profile profiles ours eager, by op, as a table; it does not take {argv[0]}" in (
+        assert f"--profile profiles ours and the peers eager, by op, as a table; it does not take {argv[0]}" in (
             capsys.readouterr().err
         )
     assert main(["bench", "--model", "swin_t", "--kind", "train", "--ways", "auto"]) != 0
