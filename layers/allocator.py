@@ -5,13 +5,18 @@ mmap_threshold=N:glibc.malloc.trim_threshold=N``) once, at start-up. With its de
 mapped fresh from the kernel on every call and faults in page by page, which chunked inference avoids
 (:func:`swin.layers.execution.image_chunks`); with both thresholds raised to at least a block's size, the block
 stays in the process's heap between calls and pieces gain nothing (they cost the late stages' matrix products
-some efficiency: docs/PERFORMANCE.md, the AVX2 machine of 2026-12-02).
+some efficiency: docs/PERFORMANCE.md, the AVX2 machine of 2026-12-02). That holds in the main thread, where glibc
+took the values (:func:`heap_keeps_blocks_up_to`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import threading
+
+import torch
 
 __all__ = ["heap_keeps_blocks_up_to", "read_heap_threshold", "startup_environment"]
 
@@ -33,22 +38,32 @@ def startup_environment() -> dict[str, str]:
     return {key: value for key, _, value in pairs}
 
 
-@functools.cache
 def heap_keeps_blocks_up_to() -> int:
-    """Bytes up to which glibc keeps a freed block in the heap for the next call, as this process was started
-    (:func:`read_heap_threshold`), read once: glibc never reads them again."""
-    return read_heap_threshold()
+    """Bytes up to which glibc keeps a block freed in this thread for its next call: the thresholds the process
+    started with (:func:`read_heap_threshold`) where glibc took them, in the main thread only. glibc serves other
+    threads from heaps of their own of at most 64 MiB, which map larger blocks fresh whatever the thresholds
+    (found by a review: a 100 MiB block faulted in on every call from a worker thread, never from the main one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return 0
+    return _main_heap_keeps()
+
+
+@functools.cache  # glibc never reads the settings again
+def _main_heap_keeps() -> int:
+    threshold = read_heap_threshold()
+    return threshold if threshold and (threshold <= _CAPPED or _glibc_kept(threshold)) else 0
 
 
 def read_heap_threshold() -> int:
-    """The smaller of glibc's mmap and trim thresholds where the process started with both set (environment or
-    tunables), else 0 (its defaults, which return large blocks to the kernel)."""
+    """The smaller of glibc's mmap and trim thresholds where the process started with both set (a tunable in
+    ``GLIBC_TUNABLES`` over its environment variable, as glibc reads them), else 0 (its defaults, which return
+    large blocks to the kernel)."""
     environment = startup_environment()
     # (GLIBC_TUNABLES from os.environ: glibc edits the start-up copy as it parses it)
     tunables = dict(t.partition("=")[::2] for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if "=" in t)
     values = []
     for variable, tunable in _KEEPING:
-        value = _bytes(tunables.get(tunable)) or _bytes(environment.get(variable))
+        value = _bytes(tunables[tunable]) if tunable in tunables else _bytes(environment.get(variable))
         if not value:
             return 0
         values.append(value)
@@ -61,3 +76,33 @@ def _bytes(text: str | None) -> int:
         return max(0, int(text, 0)) if text else 0
     except ValueError:
         return 0
+
+
+# glibc's largest default mmap threshold on 64-bit; glibc releases before 2.36's behaviour here refuse a setting
+# above it (the variable is then ignored), so a larger one is trusted only once a block of that size stayed in
+# the heap (:func:`_glibc_kept`)
+_CAPPED = 32 << 20
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def _glibc_kept(threshold: int) -> bool:
+    """Whether glibc serves a block above its default cap, up to ``threshold``, from the heap (not a fresh
+    mapping): ``mallinfo2().hblkhd``, the bytes in mapped blocks, around an untouched allocation. False where the
+    C library is not glibc 2.33 or later (no ``mallinfo2``)."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return False
+    mallinfo2.restype = _Mallinfo2
+    size = min(threshold, 2 * _CAPPED)
+    before = mallinfo2().hblkhd
+    block = torch.empty(size, dtype=torch.uint8)  # through the same allocator as every CPU tensor; never written
+    mapped = mallinfo2().hblkhd - before
+    del block
+    return mapped < size

@@ -10,14 +10,15 @@ wrapper (a LoRA adapter, a quantized linear, a hook) sees every call. Two things
   each small enough that no intermediate passes :data:`CHUNK_BYTES`, and the outputs are the same ops on the same
   rows. Where the process started with glibc keeping larger blocks in its heap (``MALLOC_MMAP_THRESHOLD_`` and
   ``MALLOC_TRIM_THRESHOLD_`` raised, :mod:`swin.layers.allocator`), there is nothing to avoid up to that size, and
-  the batch runs whole. Used only in evaluation without autograd (under autograd each piece would be saved for
-  backward anyway), on CPU (CUDA's caching allocator has no such cost), without autocast, untraced (neither compiled
-  nor ``torch.jit.trace``), with every submodule in eval mode, when no submodule has forward hooks (a hook must see
-  the whole batch once, and FLOP counters attribute work through hooks), and when every submodule is one of ours or
-  torch's own layers: a module of the user's may depend on the whole batch (dynamic quantization takes each call's
-  activation range), so a model holding one runs the batch at once; so does a model run under a torch-function or
-  dispatch mode of the user's, or with a ``torch.nn.functional`` function or a method of ours replaced
-  (:func:`users_code_around`, :func:`plain`). What it gains: ``swin bench --unchunked``.
+  the batch runs whole (in the main thread; glibc maps a worker thread's large blocks fresh whatever they say). Used
+  only in evaluation without autograd (under autograd each piece would be saved for backward anyway), on CPU (CUDA's
+  caching allocator has no such cost), without autocast, untraced (neither compiled nor ``torch.jit.trace``), with
+  every submodule in eval mode, when no submodule has forward hooks (a hook must see the whole batch once, and FLOP
+  counters attribute work through hooks), and when every submodule is one of ours or torch's own layers: a module of
+  the user's may depend on the whole batch (dynamic quantization takes each call's activation range), so a model
+  holding one runs the batch at once; so does a model run under a torch-function or dispatch mode of the user's, or
+  with a ``torch.nn.functional`` function or a method of ours replaced (:func:`users_code_around`, :func:`plain`).
+  What it gains: ``swin bench --unchunked``.
 - :func:`window_sdpa`: the attention kernel call for windows, eager or traced: in bf16 inference on a CPU with
   AVX512-BF16 our fused window-attention kernel (:mod:`swin.layers.window_kernel`), else SDPA's fused kernel,
   or on CPU in bf16/fp16 two matmuls and a softmax (faster there at 49-token windows, see
