@@ -183,3 +183,46 @@ def test_data_parallel_equals_single_process(ranks, name):
     torch.testing.assert_close(
         rank_losses.mean(0), torch.tensor(expected_losses, dtype=torch.float64), atol=1e-5, rtol=0
     )
+
+
+_SHARDS_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+import swin
+dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}/store", rank=0, world_size=1)
+try:
+    model = swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10)
+    fully_shard(model)
+    path = os.path.join(sys.argv[1], "shards.pth")
+    torch.save(model.state_dict(), path)
+    for how, value in (("checkpoint_path", path), ("pretrained", path), ("pretrained", model.state_dict())):
+        try:
+            swin.create_model("swin_t", depths=(1, 1, 1, 1), num_classes=10, **{how: value})
+            print(how, "loaded")
+        except Exception as error:
+            print(how, type(error).__name__, str(error).splitlines()[0])
+finally:
+    dist.destroy_process_group()
+"""
+
+
+def test_an_fsdp2_state_dict_of_shards_is_refused_before_any_op_on_it(tmp_path):
+    """``model.state_dict()`` of a fully_shard model holds DTensors, one rank's shards: the finiteness check on
+    them was a collective, so rank 0 alone loading such a file hung (found by a review, two ranks); both ranks got
+    torch's "mixed torch.Tensor and DTensor". Now a ValueError that says how to save the whole weights, in a
+    one-rank group here (a subprocess, so that a hang is a timeout, not a stuck suite)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "shards.py"
+    script.write_text(_SHARDS_SCRIPT)
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"} if "lo" in {n for _, n in socket.if_nameindex()} else None
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=180, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3, done.stdout
+    for line in lines:
+        assert "ValueError the checkpoint holds DTensors (patch_embed.proj.weight and " in line, line
+        assert "get_model_state_dict" in line and "full_state_dict=True" in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 
 import torch
@@ -123,6 +124,7 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True, whole_model: bool = Fal
         raise ValueError(
             f"no tensors found in the checkpoint; its top-level keys are {sorted(map(str, sd))[:10]}{advice}"
         )
+    _refuse_shards(tensors)
     tensors = _without_averaged_model_count(tensors)
     # in any order and nesting, as timm's clean_state_dict: torch.compile of a DDP model saves _orig_mod.module.
     prefixes = [p for p in _PREFIXES if not (whole_model and p == _BACKBONE)]
@@ -131,6 +133,23 @@ def unwrap(checkpoint: Mapping, *, use_ema: bool = True, whole_model: bool = Fal
     unwrapped = Unwrapped(tensors) if whole_model else _strip_backbone(tensors)
     unwrapped.ema_and_trained = both
     return unwrapped
+
+
+def _refuse_shards(tensors: Mapping[str, torch.Tensor]) -> None:
+    """Raise where the tensors are DTensors: ``model.state_dict()`` of an FSDP2 (``fully_shard``) or
+    tensor-parallel model, one rank's shards. Any op on them (the finiteness check, a conversion) is a
+    collective the other ranks never join: rank 0 alone loading such a file hung."""
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none exist unless imported
+    sharded = [k for k, v in tensors.items() if dtensor is not None and isinstance(v, dtensor)]
+    if sharded:
+        raise ValueError(
+            f"the checkpoint holds DTensors ({sharded[0]}{f' and {len(sharded) - 1} more' if len(sharded) > 1 else ''}"
+            "): one rank's shards of a distributed (FSDP2 fully_shard or tensor-parallel) model, not its weights. "
+            "Save the whole weights with torch.distributed.checkpoint.state_dict.get_model_state_dict(model, "
+            "options=StateDictOptions(full_state_dict=True, cpu_offload=True)) on every rank and torch.save on "
+            "rank 0, or turn a torch.distributed.checkpoint folder into one file with "
+            "torch.distributed.checkpoint.format_utils.dcp_to_torch_save"
+        )
 
 
 def _holds_tensors(mapping: Mapping, wrappers: tuple[str, ...], depth: int = 0) -> bool:
