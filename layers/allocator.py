@@ -78,9 +78,9 @@ def _bytes(text: str | None) -> int:
         return 0
 
 
-# glibc's largest default mmap threshold on 64-bit; glibc releases before 2.36's behaviour here refuse a setting
-# above it (the variable is then ignored), so a larger one is trusted only once a block of that size stayed in
-# the heap (:func:`_glibc_kept`)
+# glibc's largest default mmap threshold on 64-bit; some glibc releases refuse a setting above it (the variable
+# is then ignored; 2.36 here takes it), so a larger one is trusted only once a block of that size stayed in the
+# heap (:func:`_glibc_kept`)
 _CAPPED = 32 << 20
 
 
@@ -102,7 +102,8 @@ def _glibc_kept(threshold: int) -> bool:
     mallinfo2.restype = _Mallinfo2
     size = min(threshold, 2 * _CAPPED)
     before = mallinfo2().hblkhd
-    block = torch.empty(size, dtype=torch.uint8)  # through the same allocator as every CPU tensor; never written
+    # through the allocator of every CPU tensor, whatever the default device; never written, so never faulted in
+    block = torch.empty(size, dtype=torch.uint8, device="cpu")
     mapped = mallinfo2().hblkhd - before
     del block
     return mapped < size
