@@ -139,8 +139,10 @@ def _refuse_shards(tensors: Mapping[str, torch.Tensor]) -> None:
     """Raise where the tensors are DTensors: ``model.state_dict()`` of an FSDP2 (``fully_shard``) or
     tensor-parallel model, one rank's shards. Any op on them (the finiteness check, a conversion) is a
     collective the other ranks never join: rank 0 alone loading such a file hung."""
-    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none exist unless imported
-    sharded = [k for k, v in tensors.items() if dtensor is not None and isinstance(v, dtensor)]
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    if dtensor is None:  # none exist unless torch's distributed tensors were imported
+        return
+    sharded = [k for k, v in tensors.items() if isinstance(v, dtensor)]
     if sharded:
         raise ValueError(
             f"the checkpoint holds DTensors ({sharded[0]}{f' and {len(sharded) - 1} more' if len(sharded) > 1 else ''}"
